@@ -1,0 +1,101 @@
+"""Physical calibration constants, each named, with its source, shared by every case.
+
+Nothing here is fitted to one row of validation data. Where a value is a judgement
+between published measurements, the range and the reason for the pick are given.
+``docs/cost_model.md`` lists the same constants with their known error.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "LINK_DEFAULTS",
+    "GEMM_KERNEL_OVERHEAD_S",
+    "GEMM_SHAPE_HALF_DIM_PER_TFLOPS_PER_SM",
+    "HBM_STREAM_EFFICIENCY",
+    "FLASH_ATTENTION_EFFICIENCY",
+    "ALLOCATOR_RESERVE_FRACTION",
+    "FRAMEWORK_BUFFER_BYTES",
+    "TP_BWD_OVERLAP_FRACTION",
+    "DP_OVERLAP_FRACTION",
+    "OPTIMIZER_BYTES_PER_PARAM",
+    "STEP_OVERHEAD_S",
+]
+
+# --- Links ------------------------------------------------------------------------------
+# Per kind: (per-step latency alpha in seconds, usable fraction of the nominal per-direction
+# bandwidth for large messages).
+# * NVLink/NVSwitch: nccl-tests all_reduce_perf on DGX A100 reaches ~230 GB/s bus bandwidth at
+#   1 GiB on 8 GPUs against 300 GB/s per direction (vTrain's A100 NCCL tables,
+#   ../shared/validation/VTRAIN.md: 229 GB/s) -> 0.77; NCCL's per-hop NVLink latency is ~1 us
+#   (NCCL src/graph/tuning.cc hwLat for NVLink, LL128 protocol ~0.6-1.0 us).
+# * InfiniBand: NCCL reaches ~90-93% of line rate on HDR/NDR (nccl-tests inter-node bus
+#   bandwidth ~23 GB/s per 200 Gb/s NIC); NCCL's network latency per step ~5 us
+#   (tuning.cc: baseLat + hwLat[NET] ~ 5-8 us for ring).
+# * RoCE: same NICs, slightly lower efficiency (congestion control, PFC); ~0.85.
+# * Ethernet (TCP sockets, no RDMA): ~60% of line rate and ~20 us latency (NCCL socket
+#   transport; cloud VMs without EFA/GPUDirect).
+# * PCIe Gen4 x16: 32 GB/s per direction nominal, ~0.75 usable through the host bridge.
+LINK_DEFAULTS: dict[str, tuple[float, float]] = {
+    "nvswitch": (1.0e-6, 0.77),
+    "nvlink": (1.0e-6, 0.77),
+    "xgmi": (1.5e-6, 0.70),
+    "pcie": (3.0e-6, 0.75),
+    "infiniband": (5.0e-6, 0.92),
+    "omnipath": (6.0e-6, 0.85),
+    "roce": (6.0e-6, 0.85),
+    "ethernet": (2.0e-5, 0.60),
+    "none": (5.0e-6, 0.92),
+}
+
+# --- Compute ----------------------------------------------------------------------------
+# Fixed cost of one GEMM kernel: ~5 us for tiny GEMMs on H100- and B200-class parts in XLA's
+# measured GEMM table; ~2.5 us per launch of a small streaming kernel (RRZE gpu-small-kernels,
+# H200 and A100). kernel_throughput.md sec. 3.2 and 5.2.
+GEMM_KERNEL_OVERHEAD_S = 5.0e-6
+ELEMENTWISE_KERNEL_OVERHEAD_S = 2.5e-6
+
+# Shape efficiency of a GEMM: time = t0 + FLOP / (peak * ceiling) * (1 + d_half / d_min),
+# d_min the smallest GEMM dimension. XLA's H100 BF16 table is reproduced within ~15% by
+# d_half ~= 80 (kernel_throughput.md sec. 5.2). The dimension needed to fill a GPU grows
+# with its throughput per SM (sec. 5.3: "faster chips need bigger GEMMs"), so d_half is
+# expressed per (dense TFLOP/s per SM): H100 BF16 = 989/132 = 7.49 TFLOP/s per SM -> 80/7.49.
+GEMM_SHAPE_HALF_DIM_PER_TFLOPS_PER_SM = 80.0 / 7.49
+
+# Streaming (memory-bound) kernels reach 85-90% of HBM spec bandwidth (RRZE gpu-stream:
+# A100 85-99%; QuACK on H100 ~90%); fused-but-unoptimised PyTorch elementwise chains are
+# lower (torch.compile softmax 56%). 0.7 is taken for the mix of layernorm, dropout, bias,
+# activation and residual kernels of a training step (kernel_throughput.md sec. 3.1, 5.5).
+HBM_STREAM_EFFICIENCY = 0.7
+
+# FlashAttention fwd+bwd achieved / dense peak, by GPU generation, measured inside training
+# (kernel_throughput.md sec. 2): A100 FA2 50-73% (arXiv 2307.08691); H100/H200 FA3 in a real
+# 8B step 45% (ml-engineering when-to-upgrade); B200 FA4 in-step 37%. Backward runs at
+# ~0.85-0.9 of forward efficiency. Values are for causal attention at s >= 2k.
+FLASH_ATTENTION_EFFICIENCY: dict[str, float] = {"ampere": 0.55, "hopper": 0.45, "blackwell": 0.37, "other": 0.40}
+
+# --- Memory ------------------------------------------------------------------------------
+# PyTorch's caching allocator keeps freed blocks; fragmentation typically costs 5-10% of the
+# device (Megatron/torch memory reports: max_reserved / max_allocated ~1.05-1.15). We reserve
+# 10% so that the predicted peak errs high.
+ALLOCATOR_RESERVE_FRACTION = 0.10
+# CUDA context, cuBLAS/cuDNN workspaces and NCCL buffers: ~1.5-3 GiB per GPU in practice
+# (CUDA context ~0.5-0.8 GiB; NCCL channel buffers 4 MiB x channels x peers; cuBLAS workspace).
+FRAMEWORK_BUFFER_BYTES = 2.5 * 2**30
+
+# --- Overlap -----------------------------------------------------------------------------
+# Megatron overlaps the backward TP all-reduce of the input gradient with the weight-gradient
+# GEMM (Korthikanti et al. 2022 sec. 5: that overlap is why full recompute costs 39%, not 33%).
+TP_BWD_OVERLAP_FRACTION = 0.5
+# Bucketed DP gradient reduction overlapped with backward (PyTorch DDP, Li et al. VLDB 2020;
+# Megatron --overlap-grad-reduce): the last bucket cannot overlap.
+DP_OVERLAP_FRACTION = 0.9
+
+# --- Optimizer ---------------------------------------------------------------------------
+# Fused Adam with fp32 master weights and two fp32 moments: reads and writes 12 B of state
+# plus the gradient and the 16-bit weight copy: ~28-30 B of HBM traffic per locally held
+# parameter (kernel_throughput.md sec. 5.9, derived).
+OPTIMIZER_BYTES_PER_PARAM = 30.0
+
+# Per-step fixed cost outside the layers (data loader, logging, loss scaling checks, grad
+# norm all-reduce launch): a few ms in Megatron logs.
+STEP_OVERHEAD_S = 0.02

@@ -1,0 +1,307 @@
+"""Loading at the edge: presets, YAML/JSON files and runs files into frozen specs.
+
+Units are converted here, once: files carry GB/s, GiB, Gb/s and TFLOP/s with the unit in
+the key name; specs carry bytes, bytes/s and FLOP/s.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from planner.constants import LINK_DEFAULTS
+from planner.errors import InputError
+from planner.presets import preset_ids, read_preset
+from planner.specs import (
+    ClusterSpec,
+    GpuSpec,
+    InterNodeNetwork,
+    IntraNodeLink,
+    Job,
+    ModelSpec,
+    MoESpec,
+    ParallelConfig,
+)
+
+__all__ = [
+    "load_gpu",
+    "load_model",
+    "model_from_dict",
+    "make_cluster",
+    "load_cluster",
+    "load_runs",
+    "Run",
+    "run_from_dict",
+    "read_mapping",
+]
+
+GIB = 2**30
+
+_MODEL_KEYS = {
+    "id", "name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp",
+    "tied_embeddings", "head_dim", "moe", "bias", "norm", "q_lora_rank", "kv_lora_rank",
+    "qk_rope_head_dim", "v_head_dim", "max_seq_len", "sources", "source", "notes", "family",
+}
+
+
+def read_mapping(path: str | Path) -> dict:
+    """Read a YAML or JSON file into a mapping, with a one-line error on failure."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("file", str(path), "an existing file")
+    text = p.read_text()
+    try:
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(str(path), "malformed file", f"valid {'JSON' if p.suffix == '.json' else 'YAML'} ({first})") from None
+    if not isinstance(data, dict):
+        raise InputError(str(path), type(data).__name__, "a mapping at the top level")
+    return data
+
+
+def _num(d: dict, key: str, where: str, default: Any = None) -> Any:
+    v = d.get(key, default)
+    if v is None:
+        raise InputError(f"{where}.{key}", None, "a value")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        raise InputError(f"{where}.{key}", v, "a positive number")
+    return v
+
+
+def _int(d: dict, key: str, where: str, default: Any = None) -> int:
+    v = d.get(key, default)
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise InputError(f"{where}.{key}", v, "a positive integer")
+    return v
+
+
+# --- GPUs -------------------------------------------------------------------------------------
+
+def gpu_from_dict(d: dict, where: str = "gpu") -> GpuSpec:
+    peaks = d.get("peak_tflops") or {}
+    if not isinstance(peaks, dict) or not peaks:
+        raise InputError(f"{where}.peak_tflops", peaks, "a mapping precision -> dense TFLOP/s")
+    ceiling = d.get("matmul_ceiling") or {"bf16": 0.8}
+    return GpuSpec(
+        id=str(d.get("id", "custom")),
+        name=str(d.get("name", d.get("id", "custom"))),
+        memory_bytes=_num(d, "memory_gib", where) * GIB,
+        hbm_bandwidth_bytes_per_s=_num(d, "hbm_bandwidth_gbs", where) * 1e9,
+        peak_flops={k: float(v) * 1e12 for k, v in peaks.items()},
+        matmul_ceiling={k: float(v) for k, v in ceiling.items()},
+        nvlink_bandwidth_bytes_per_s=float(d.get("nvlink_gbs_per_direction", 0) or 0) * 1e9,
+        intra_node=str(d.get("intra_node", "nvswitch")),
+        nvlink_generation=int(d.get("nvlink_generation", 0) or 0),
+        gpus_per_node=_int(d, "gpus_per_node", where, 8),
+        sm_count=_int(d, "sm_count", where, 108),
+        tdp_w=float(d.get("tdp_w", 400)),
+        sources=tuple(d.get("sources", ()) or ()),
+    )
+
+
+def load_gpu(name_or_path: str) -> GpuSpec:
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml", ".json") and p.is_file():
+        return gpu_from_dict(read_mapping(p), str(p))
+    return gpu_from_dict(read_preset("gpus", name_or_path), f"gpu[{name_or_path}]")
+
+
+# --- Models -----------------------------------------------------------------------------------
+
+def model_from_dict(d: dict, where: str = "model", strict: bool = True) -> ModelSpec:
+    if strict:
+        unknown = sorted(set(d) - _MODEL_KEYS)
+        if unknown:
+            raise InputError(f"{where}.{unknown[0]}", d[unknown[0]], "a known model field (" + ", ".join(sorted(_MODEL_KEYS - {'sources', 'source', 'notes', 'family', 'id'})) + ")")
+    for key in ("layers", "hidden", "heads", "ffn_hidden", "vocab"):
+        _int(d, key, where)
+    moe = d.get("moe")
+    moe_spec = None
+    if moe:
+        if not isinstance(moe, dict):
+            raise InputError(f"{where}.moe", moe, "a mapping or null")
+        try:
+            moe_spec = MoESpec(**moe)
+        except TypeError as exc:
+            raise InputError(f"{where}.moe", moe, f"fields experts, top_k, expert_ffn_hidden, shared_experts, dense_layers ({exc})") from None
+    tied = d.get("tied_embeddings")
+    sources = d.get("sources") or d.get("source") or ""
+    return ModelSpec(
+        name=str(d.get("name") or d.get("id") or "model"),
+        layers=d["layers"],
+        hidden=d["hidden"],
+        heads=d["heads"],
+        kv_heads=d.get("kv_heads") or d["heads"],
+        ffn_hidden=d["ffn_hidden"],
+        vocab=d["vocab"],
+        mlp=d.get("mlp", "gelu"),
+        tied_embeddings=True if tied is None else bool(tied),
+        head_dim=d.get("head_dim"),
+        moe=moe_spec,
+        bias=bool(d.get("bias", d.get("mlp", "gelu") == "gelu")),
+        norm=d.get("norm", "layernorm" if d.get("mlp", "gelu") == "gelu" else "rmsnorm"),
+        q_lora_rank=int(d.get("q_lora_rank", 0) or 0),
+        kv_lora_rank=int(d.get("kv_lora_rank", 0) or 0),
+        qk_rope_head_dim=int(d.get("qk_rope_head_dim", 0) or 0),
+        v_head_dim=int(d.get("v_head_dim", 0) or 0),
+        source="; ".join(sources) if isinstance(sources, list) else str(sources),
+    )
+
+
+def load_model(name_or_path: str) -> ModelSpec:
+    """A preset id, a YAML/JSON model file, or a Hugging Face ``config.json``."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml", ".json") or p.is_file():
+        data = read_mapping(p)
+        from planner import hf_import  # noqa: PLC0415 (lazy: only for HF configs)
+
+        if hf_import.looks_like_hf_config(data):
+            return hf_import.model_from_hf_config(data, name=p.parent.name or p.stem)
+        return model_from_dict(data, str(p))
+    return model_from_dict(read_preset("models", name_or_path), f"model[{name_or_path}]")
+
+
+# --- Clusters ---------------------------------------------------------------------------------
+
+def _intra(gpu: GpuSpec, d: dict | None = None) -> IntraNodeLink:
+    d = d or {}
+    kind = d.get("kind", gpu.intra_node)
+    alpha, eff = LINK_DEFAULTS.get(kind, LINK_DEFAULTS["nvswitch"])
+    bw = d.get("gbs_per_direction")
+    if bw is None:
+        bw = gpu.nvlink_bandwidth_bytes_per_s / 1e9 if kind in ("nvswitch", "nvlink", "xgmi") and gpu.nvlink_bandwidth_bytes_per_s else 32.0
+    return IntraNodeLink(
+        kind=kind,
+        bandwidth_bytes_per_s=float(bw) * 1e9,
+        latency_s=float(d.get("latency_us", alpha * 1e6)) * 1e-6,
+        efficiency=float(d.get("efficiency", eff)),
+        domain_size=int(d.get("domain_size", gpu.gpus_per_node)),
+    )
+
+
+def _inter(d: dict | None, where: str = "hardware.inter_node") -> InterNodeNetwork:
+    d = dict(d or {"kind": "infiniband", "gbps_per_nic": 400, "nics_per_node": 8})
+    kind = d.get("kind", "infiniband")
+    if kind not in LINK_DEFAULTS:
+        raise InputError(f"{where}.kind", kind, "one of infiniband, roce, ethernet, omnipath")
+    alpha, eff = LINK_DEFAULTS[kind]
+    return InterNodeNetwork(
+        kind=kind,
+        gbps_per_nic=float(_num(d, "gbps_per_nic", where)),
+        nics_per_node=_int(d, "nics_per_node", where),
+        latency_s=float(d.get("latency_us", alpha * 1e6)) * 1e-6,
+        efficiency=float(d.get("efficiency", eff)),
+        oversubscription=float(d.get("oversubscription", 1.0)),
+        rail_optimized=bool(d.get("rail_optimized", True)),
+    )
+
+
+def make_cluster(
+    gpu: str | GpuSpec,
+    num_gpus: int,
+    gpus_per_node: int | None = None,
+    inter_node: dict | None = None,
+    intra_node: dict | None = None,
+    name: str = "custom",
+) -> ClusterSpec:
+    g = load_gpu(gpu) if isinstance(gpu, str) else gpu
+    gpn = gpus_per_node or g.gpus_per_node
+    intra = dict(intra_node or {})
+    intra.setdefault("domain_size", max(gpn, int((intra_node or {}).get("domain_size", gpn))))
+    return ClusterSpec(name=name, gpu=g, num_gpus=num_gpus, gpus_per_node=gpn, intra=_intra(g, intra), inter=_inter(inter_node))
+
+
+def load_cluster(name_or_path: str, num_gpus: int | None = None) -> ClusterSpec:
+    p = Path(name_or_path)
+    d = read_mapping(p) if p.suffix in (".yaml", ".yml", ".json") or p.is_file() else read_preset("clusters", name_or_path)
+    where = str(p) if p.is_file() else f"cluster[{name_or_path}]"
+    if "gpu" not in d:
+        raise InputError(f"{where}.gpu", None, "a GPU preset id")
+    return make_cluster(
+        d["gpu"],
+        num_gpus or _int(d, "num_gpus", where),
+        d.get("gpus_per_node"),
+        d.get("inter_node"),
+        d.get("intra_node"),
+        name=str(d.get("name", name_or_path)),
+    )
+
+
+# --- Runs files (schema planner-runs/1) ------------------------------------------------------
+
+_RUN_KEYS = {"id", "source", "model", "job", "hardware", "parallel", "measured", "notes"}
+_PARALLEL_KEYS = {
+    "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "sequence_parallel",
+    "zero", "schedule", "num_microbatches", "layers_per_stage", "zero_shard_degree",
+}
+_MEASURED_KEYS = {"step_time_s", "basis", "tflops_per_gpu_reported", "mfu_reported_pct", "memory_peak_bytes", "memory_metric"}
+
+
+class Run:
+    """One row of a runs file: specs plus the (possibly partial) parallel block and measurement."""
+
+    def __init__(self, id: str, model: ModelSpec, job: Job, cluster: ClusterSpec, parallel: dict, measured: dict | None, raw: dict):
+        self.id = id
+        self.model = model
+        self.job = job
+        self.cluster = cluster
+        self.parallel = parallel  # raw dict; None = unknown
+        self.measured = measured
+        self.raw = raw
+
+
+def run_from_dict(r: dict, where: str = "run") -> Run:
+    unknown = sorted(set(r) - _RUN_KEYS)
+    if unknown:
+        raise InputError(f"{where}.{unknown[0]}", r[unknown[0]], "a planner-runs/1 field")
+    rid = str(r.get("id", where))
+    w = f"runs[{rid}]"
+    for key in ("model", "job", "hardware"):
+        if not isinstance(r.get(key), dict):
+            raise InputError(f"{w}.{key}", r.get(key), "a mapping")
+    model = model_from_dict(r["model"], f"{w}.model")
+    j = r["job"]
+    job = Job(seq_len=_int(j, "seq_len", f"{w}.job"), global_batch_size=_int(j, "global_batch_size", f"{w}.job"), precision=j.get("precision", "bf16"))
+    h = r["hardware"]
+    if "gpu" not in h:
+        raise InputError(f"{w}.hardware.gpu", None, "a GPU preset id")
+    cluster = make_cluster(h["gpu"], _int(h, "num_gpus", f"{w}.hardware"), h.get("gpus_per_node"), h.get("inter_node"), h.get("intra_node"))
+    par = dict(r.get("parallel") or {})
+    bad = sorted(set(par) - _PARALLEL_KEYS)
+    if bad:
+        raise InputError(f"{w}.parallel.{bad[0]}", par[bad[0]], "a planner-runs/1 parallel field")
+    meas = r.get("measured")
+    if meas is not None:
+        bad = sorted(set(meas) - _MEASURED_KEYS)
+        if bad:
+            raise InputError(f"{w}.measured.{bad[0]}", meas[bad[0]], "a planner-runs/1 measured field")
+    return Run(rid, model, job, cluster, par, meas, r)
+
+
+def load_runs(path: str | Path) -> list[Run]:
+    data = read_mapping(path)
+    if data.get("schema") != "planner-runs/1":
+        raise InputError(f"{path}.schema", data.get("schema"), "'planner-runs/1'")
+    runs = data.get("runs")
+    if not isinstance(runs, list) or not runs:
+        raise InputError(f"{path}.runs", runs, "a non-empty list of runs")
+    return [run_from_dict(r, f"runs[{i}]") for i, r in enumerate(runs)]
+
+
+def parallel_from_dict(d: dict) -> ParallelConfig:
+    """A fully known parallel block (no nulls) into a ParallelConfig."""
+    keys = {k: v for k, v in d.items() if k in ParallelConfig.__dataclass_fields__ and v is not None}
+    if "layers_per_stage" in keys:
+        keys["layers_per_stage"] = tuple(keys["layers_per_stage"])
+    return ParallelConfig(**keys)
+
+
+__all__.append("parallel_from_dict")
+__all__.append("gpu_from_dict")

@@ -1,0 +1,336 @@
+"""Frozen, typed specifications: model, GPU, cluster, job and parallel configuration.
+
+All quantities are SI inside (bytes, seconds, FLOP/s, bytes/s). Conversions from the
+units people write in files (GB, GiB, Gb/s, TFLOP/s) happen in :mod:`planner.loaders`,
+once, at the edge. Every constructor validates its own invariants and raises
+:class:`planner.errors.InputError` naming the field, the value and what was expected.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from planner.errors import InputError
+
+__all__ = [
+    "MoESpec",
+    "ModelSpec",
+    "GpuSpec",
+    "IntraNodeLink",
+    "InterNodeNetwork",
+    "ClusterSpec",
+    "Job",
+    "ParallelConfig",
+    "MLP_KINDS",
+    "PRECISIONS",
+    "RECOMPUTE_KINDS",
+    "SCHEDULES",
+]
+
+MLP_KINDS = ("gelu", "swiglu", "relu2")
+PRECISIONS = ("fp16", "bf16", "fp8")
+RECOMPUTE_KINDS = ("none", "selective", "full")
+SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb")
+INTRA_KINDS = ("nvswitch", "nvlink", "pcie", "xgmi")
+INTER_KINDS = ("infiniband", "roce", "ethernet", "omnipath", "none")
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(name, value, "a positive integer")
+    return value
+
+
+def _positive_float(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise InputError(name, value, "a positive finite number")
+    return float(value)
+
+
+def _choice(name: str, value: object, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise InputError(name, value, "one of " + ", ".join(choices))
+    return value  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    """Mixture-of-experts block (Fedus et al. 2021; DeepSeek-V3 report arXiv 2412.19437 sec. 2.1.2)."""
+
+    experts: int
+    top_k: int
+    expert_ffn_hidden: int
+    shared_experts: int = 0
+    dense_layers: int = 0
+    capacity_factor: float | None = None  # None = dropless (token routing without drops)
+
+    def __post_init__(self) -> None:
+        _positive_int("model.moe.experts", self.experts)
+        _positive_int("model.moe.top_k", self.top_k)
+        _positive_int("model.moe.expert_ffn_hidden", self.expert_ffn_hidden)
+        if self.top_k > self.experts:
+            raise InputError("model.moe.top_k", self.top_k, f"at most experts ({self.experts})")
+        if self.shared_experts < 0:
+            raise InputError("model.moe.shared_experts", self.shared_experts, "a non-negative integer")
+        if self.dense_layers < 0:
+            raise InputError("model.moe.dense_layers", self.dense_layers, "a non-negative integer")
+        if self.capacity_factor is not None:
+            _positive_float("model.moe.capacity_factor", self.capacity_factor)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only transformer.
+
+    ``kv_heads`` < ``heads`` is grouped-query attention (Ainslie et al. 2023);
+    ``mlp`` selects two-matrix GeLU / squared-ReLU or three-matrix SwiGLU (Shazeer 2020).
+    ``q_lora_rank``/``kv_lora_rank`` > 0 selects multi-head latent attention (DeepSeek-V2/V3).
+    """
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn_hidden: int
+    vocab: int
+    mlp: str = "gelu"
+    tied_embeddings: bool = True
+    head_dim: int | None = None
+    moe: MoESpec | None = None
+    bias: bool = True  # linear-layer biases (GPT-2/3, BLOOM, OPT) vs none (Llama)
+    norm: str = "layernorm"  # layernorm | rmsnorm
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for f in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab"):
+            _positive_int(f"model.{f}", getattr(self, f))
+        _choice("model.mlp", self.mlp, MLP_KINDS)
+        _choice("model.norm", self.norm, ("layernorm", "rmsnorm"))
+        if self.head_dim is None:
+            if self.hidden % self.heads:
+                raise InputError("model.heads", self.heads, f"a divisor of hidden ({self.hidden}) or an explicit head_dim")
+            object.__setattr__(self, "head_dim", self.hidden // self.heads)
+        else:
+            _positive_int("model.head_dim", self.head_dim)
+        if self.heads % self.kv_heads:
+            raise InputError("model.kv_heads", self.kv_heads, f"a divisor of heads ({self.heads})")
+        if self.moe is not None and self.moe.dense_layers > self.layers:
+            raise InputError("model.moe.dense_layers", self.moe.dense_layers, f"at most layers ({self.layers})")
+        if self.layers > 100_000 or self.hidden > 10_000_000 or self.vocab > 100_000_000:
+            raise InputError("model", f"layers={self.layers}, hidden={self.hidden}", "a plausible transformer size")
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def moe_layers(self) -> int:
+        return 0 if self.moe is None else self.layers - self.moe.dense_layers
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One accelerator. Peaks are dense (no sparsity) FLOP/s per precision."""
+
+    id: str
+    name: str
+    memory_bytes: float
+    hbm_bandwidth_bytes_per_s: float
+    peak_flops: dict[str, float]  # keys: fp16, bf16, fp8, tf32
+    matmul_ceiling: dict[str, float]  # best achievable matmul / dense peak (MAMF), per precision
+    nvlink_bandwidth_bytes_per_s: float  # per GPU, per direction (0 for PCIe-only parts)
+    intra_node: str = "nvswitch"
+    nvlink_generation: int = 0
+    gpus_per_node: int = 8
+    sm_count: int = 108
+    tdp_w: float = 400.0
+    sources: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _positive_float(f"gpu[{self.id}].memory_bytes", self.memory_bytes)
+        _positive_float(f"gpu[{self.id}].hbm_bandwidth_bytes_per_s", self.hbm_bandwidth_bytes_per_s)
+        _choice(f"gpu[{self.id}].intra_node", self.intra_node, INTRA_KINDS)
+        for p in ("fp16", "bf16"):
+            if p not in self.peak_flops:
+                raise InputError(f"gpu[{self.id}].peak_flops", sorted(self.peak_flops), f"a {p} peak")
+
+    def peak(self, precision: str) -> float:
+        """Dense peak FLOP/s for the matmul precision (fp8 falls back to the 16-bit peak)."""
+        return self.peak_flops.get(precision) or self.peak_flops["bf16"]
+
+    def ceiling(self, precision: str) -> float:
+        return self.matmul_ceiling.get(precision) or self.matmul_ceiling.get("bf16", 0.8)
+
+
+@dataclass(frozen=True)
+class IntraNodeLink:
+    """The scale-up domain: NVLink/NVSwitch (or PCIe) among ``domain_size`` GPUs.
+
+    ``bandwidth_bytes_per_s`` is per GPU per direction (the figure NCCL's bus bandwidth
+    approaches); ``efficiency`` is the usable fraction that NCCL reaches on large messages.
+    """
+
+    kind: str
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    efficiency: float
+    domain_size: int
+
+    def __post_init__(self) -> None:
+        _choice("cluster.intra_node.kind", self.kind, INTRA_KINDS)
+        _positive_float("cluster.intra_node.bandwidth", self.bandwidth_bytes_per_s)
+        _positive_int("cluster.intra_node.domain_size", self.domain_size)
+        if not 0 < self.efficiency <= 1:
+            raise InputError("cluster.intra_node.efficiency", self.efficiency, "a fraction in (0, 1]")
+
+    @property
+    def usable_bytes_per_s(self) -> float:
+        return self.bandwidth_bytes_per_s * self.efficiency
+
+
+@dataclass(frozen=True)
+class InterNodeNetwork:
+    """The scale-out network: ``nics_per_node`` NICs of ``gbps_per_nic`` each.
+
+    ``oversubscription`` >= 1 divides the bandwidth available to traffic that crosses
+    the spine (1 = non-blocking fat tree).
+    """
+
+    kind: str
+    gbps_per_nic: float
+    nics_per_node: int
+    latency_s: float
+    efficiency: float
+    oversubscription: float = 1.0
+    rail_optimized: bool = True
+
+    def __post_init__(self) -> None:
+        _choice("hardware.inter_node.kind", self.kind, INTER_KINDS)
+        _positive_float("hardware.inter_node.gbps_per_nic", self.gbps_per_nic)
+        _positive_int("hardware.inter_node.nics_per_node", self.nics_per_node)
+        if not 0 < self.efficiency <= 1:
+            raise InputError("hardware.inter_node.efficiency", self.efficiency, "a fraction in (0, 1]")
+        if not (self.oversubscription >= 1 and math.isfinite(self.oversubscription)):
+            raise InputError("hardware.inter_node.oversubscription", self.oversubscription, "a ratio >= 1")
+
+    @property
+    def node_bytes_per_s(self) -> float:
+        """Usable bytes/s per node, per direction."""
+        return self.gbps_per_nic * 1e9 / 8 * self.nics_per_node * self.efficiency / self.oversubscription
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    gpu: GpuSpec
+    num_gpus: int
+    gpus_per_node: int
+    intra: IntraNodeLink
+    inter: InterNodeNetwork
+
+    def __post_init__(self) -> None:
+        _positive_int("hardware.num_gpus", self.num_gpus)
+        _positive_int("hardware.gpus_per_node", self.gpus_per_node)
+        if self.num_gpus > 10_000_000:
+            raise InputError("hardware.num_gpus", self.num_gpus, "at most 10,000,000")
+        if self.num_gpus > self.gpus_per_node and self.num_gpus % self.gpus_per_node:
+            raise InputError(
+                "hardware.num_gpus", self.num_gpus, f"a multiple of gpus_per_node ({self.gpus_per_node})"
+            )
+
+    @property
+    def num_nodes(self) -> int:
+        return max(1, self.num_gpus // self.gpus_per_node)
+
+    @property
+    def nvlink_domain(self) -> int:
+        """GPUs that reach each other over the scale-up fabric."""
+        return min(self.num_gpus, max(self.gpus_per_node, self.intra.domain_size))
+
+    def with_gpus(self, num_gpus: int) -> "ClusterSpec":
+        return replace(self, num_gpus=num_gpus)
+
+
+@dataclass(frozen=True)
+class Job:
+    seq_len: int
+    global_batch_size: int  # sequences per optimizer step
+    precision: str = "bf16"
+
+    def __post_init__(self) -> None:
+        _positive_int("job.seq_len", self.seq_len)
+        _positive_int("job.global_batch_size", self.global_batch_size)
+        _choice("job.precision", self.precision, PRECISIONS)
+        if self.seq_len > 16_777_216:
+            raise InputError("job.seq_len", self.seq_len, "at most 16M tokens")
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq_len * self.global_batch_size
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """One parallel configuration, in Megatron-LM's vocabulary.
+
+    ``zero``: 0 none, 1 optimizer states sharded over data parallel (Megatron's
+    distributed optimizer), 2 adds gradients, 3 adds parameters (ZeRO-3 / FSDP).
+    ``vpp``: virtual pipeline stages per rank (interleaved 1F1B when > 1).
+    ``layers_per_stage``: explicit split of transformer layers over pipeline stages.
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    vpp: int = 1
+    micro_batch_size: int = 1
+    recompute: str = "none"
+    sequence_parallel: bool = False
+    zero: int = 0
+    layers_per_stage: tuple[int, ...] | None = None
+    schedule: str = "1f1b"
+    zero_shard_degree: int | None = None
+
+    def __post_init__(self) -> None:
+        for f in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size"):
+            _positive_int(f"parallel.{f}", getattr(self, f))
+        _choice("parallel.recompute", self.recompute, RECOMPUTE_KINDS)
+        _choice("parallel.schedule", self.schedule, SCHEDULES)
+        if self.zero not in (0, 1, 2, 3):
+            raise InputError("parallel.zero", self.zero, "0, 1, 2 or 3")
+        if self.layers_per_stage is not None:
+            lps = tuple(self.layers_per_stage)
+            if len(lps) != self.pp or any((not isinstance(n, int)) or n < 0 for n in lps):
+                raise InputError("parallel.layers_per_stage", list(lps), f"{self.pp} non-negative integers (one per stage)")
+            object.__setattr__(self, "layers_per_stage", lps)
+        if self.vpp > 1 and self.schedule == "1f1b":
+            object.__setattr__(self, "schedule", "interleaved")
+
+    @property
+    def model_parallel(self) -> int:
+        return self.tp * self.pp * self.cp
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    def num_microbatches(self, global_batch_size: int) -> int:
+        return max(1, global_batch_size // (self.micro_batch_size * self.dp))
+
+    def as_dict(self) -> dict:
+        return {
+            "tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp, "ep": self.ep,
+            "vpp": self.vpp, "micro_batch_size": self.micro_batch_size,
+            "recompute": self.recompute, "sequence_parallel": self.sequence_parallel,
+            "zero": self.zero, "schedule": self.schedule,
+            "layers_per_stage": list(self.layers_per_stage) if self.layers_per_stage else None,
+        }
