@@ -44,7 +44,7 @@ GIB = 2**30
 _MODEL_KEYS = {
     "id", "name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp",
     "tied_embeddings", "head_dim", "moe", "bias", "norm", "q_lora_rank", "kv_lora_rank",
-    "qk_rope_head_dim", "v_head_dim", "max_seq_len", "sources", "source", "notes", "family",
+    "qk_rope_head_dim", "v_head_dim", "max_seq_len", "sources", "source", "notes", "family", "published_params_b",
 }
 
 

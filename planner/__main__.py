@@ -1,0 +1,5 @@
+import sys
+
+from planner.cli.app import main
+
+sys.exit(main())

@@ -1,0 +1,6 @@
+"""Command-line interface: thin commands over the library. Each module registers its commands on
+:data:`planner.cli.app.app`; importing this package registers them all."""
+
+from planner.cli.app import app, main  # noqa: F401
+
+# Command modules (one line each; keep sorted).

@@ -1,0 +1,78 @@
+"""The typer application shared by every command module, and the error-to-exit-code edge.
+
+Exit codes (README, "Exit codes"): 0 plans found / success, 1 nothing fits (nearest miss
+printed), 2 bad input (one line naming field, value and expectation), 3 solver failure or
+time limit (best plan found so far printed).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from planner.errors import InputError, NoFeasiblePlan, SolverFailure
+
+__all__ = ["app", "main", "fail"]
+
+app = typer.Typer(
+    name="planner",
+    help="Parallelism auto-planner for training large models: predict, search, emit launch configs.",
+    no_args_is_help=False,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print one line on stderr and exit with ``code``."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: runs the app and maps exceptions to exit codes."""
+    import planner.cli  # noqa: F401,PLC0415  (registers the commands)
+
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:]) or os.environ.get("PLANNER_DEBUG")
+    args = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--debug"]
+    try:
+        app(args=args, prog_name="planner", standalone_mode=False)
+    except InputError as exc:
+        if debug:
+            raise
+        typer.echo(f"error: {exc}", err=True)
+        return 2
+    except NoFeasiblePlan as exc:
+        if debug:
+            raise
+        typer.echo(f"no plan fits: {exc}", err=True)
+        for hint in exc.hints:
+            typer.echo(f"  hint: {hint}", err=True)
+        return 1
+    except SolverFailure as exc:
+        if debug:
+            raise
+        typer.echo(f"solver: {exc}", err=True)
+        return 3
+    except typer.Exit as exc:
+        return exc.exit_code
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        return 130
+    except Exception as exc:  # click usage errors and anything unexpected
+        import click  # noqa: PLC0415
+
+        if isinstance(exc, click.exceptions.UsageError):
+            typer.echo(f"error: {exc.format_message()}", err=True)
+            return 2
+        if isinstance(exc, click.exceptions.ClickException):
+            typer.echo(f"error: {exc.format_message()}", err=True)
+            return exc.exit_code
+        if debug:
+            raise
+        typer.echo(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for a traceback)", err=True)
+        return 4
+    return 0
