@@ -4,3 +4,4 @@
 from planner.cli.app import app, main  # noqa: F401
 
 # Command modules (one line each; keep sorted).
+from planner.cli import collective  # noqa: F401
