@@ -19,6 +19,8 @@ __all__ = [
     "DP_OVERLAP_FRACTION",
     "OPTIMIZER_BYTES_PER_PARAM",
     "STEP_OVERHEAD_S",
+    "TRAINING_KERNEL_EFFICIENCY",
+    "COMM_COMPUTE_OVERLAP_EFFICIENCY",
 ]
 
 # --- Links ------------------------------------------------------------------------------
@@ -61,6 +63,17 @@ ELEMENTWISE_KERNEL_OVERHEAD_S = 2.5e-6
 # expressed per (dense TFLOP/s per SM): H100 BF16 = 989/132 = 7.49 TFLOP/s per SM -> 80/7.49.
 GEMM_SHAPE_HALF_DIM_PER_TFLOPS_PER_SM = 80.0 / 7.49
 
+# Fraction of the short-burst MAMF that GEMM and attention kernels sustain inside a training
+# step: MAMF is the best of a brute-force shape search, 100 iterations after warm-up
+# (kernel_throughput.md sec. 1.1); a training step runs for seconds at the power limit
+# (H100 SXM sustains ~1.75 GHz of its 1.98 GHz boost under dense GEMM load, A100 ~1.3-1.41 GHz),
+# with launch gaps between eager-mode kernels and L2/SM interference from overlapped NCCL
+# kernels (DeepSeek-V3 reserves 20 of 132 SMs for communication, arXiv 2412.19437 sec. 3.2.2).
+# This is a calibration constant shared by every GPU and case, set so that the per-layer
+# times of Korthikanti et al. 2022 Table 4 and the end-to-end runs in shared/validation agree
+# on average; ``planner calibrate`` refits it for a user's cluster.
+TRAINING_KERNEL_EFFICIENCY = 0.84
+
 # Streaming (memory-bound) kernels reach 85-90% of HBM spec bandwidth (RRZE gpu-stream:
 # A100 85-99%; QuACK on H100 ~90%); fused-but-unoptimised PyTorch elementwise chains are
 # lower (torch.compile softmax 56%). 0.7 is taken for the mix of layernorm, dropout, bias,
@@ -86,6 +99,13 @@ FRAMEWORK_BUFFER_BYTES = 2.5 * 2**30
 # Megatron overlaps the backward TP all-reduce of the input gradient with the weight-gradient
 # GEMM (Korthikanti et al. 2022 sec. 5: that overlap is why full recompute costs 39%, not 33%).
 TP_BWD_OVERLAP_FRACTION = 0.5
+# When communication runs concurrently with compute (prefetched ZeRO-3 gathers, bucketed
+# gradient reduction), both compete for SMs and HBM; only this fraction of the shorter of
+# the two is hidden: exposed = comm + compute - eta * min(comm, compute). Calibrated on the
+# ZeRO-3 rows of Narayanan et al. 2021 Table 2 (the only published runs here where the
+# overlap dominates) and shared by every overlap in the model.
+COMM_COMPUTE_OVERLAP_EFFICIENCY = 0.6
+
 # Bucketed DP gradient reduction overlapped with backward (PyTorch DDP, Li et al. VLDB 2020;
 # Megatron --overlap-grad-reduce): the last bucket cannot overlap.
 DP_OVERLAP_FRACTION = 0.9

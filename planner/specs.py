@@ -143,8 +143,8 @@ class GpuSpec:
     name: str
     memory_bytes: float
     hbm_bandwidth_bytes_per_s: float
-    peak_flops: dict[str, float]  # keys: fp16, bf16, fp8, tf32
-    matmul_ceiling: dict[str, float]  # best achievable matmul / dense peak (MAMF), per precision
+    peak_flops: dict[str, float] = field(hash=False)  # keys: fp16, bf16, fp8, tf32
+    matmul_ceiling: dict[str, float] = field(hash=False)  # best achievable matmul / dense peak (MAMF)
     nvlink_bandwidth_bytes_per_s: float  # per GPU, per direction (0 for PCIe-only parts)
     intra_node: str = "nvswitch"
     nvlink_generation: int = 0
@@ -299,6 +299,7 @@ class ParallelConfig:
     layers_per_stage: tuple[int, ...] | None = None
     schedule: str = "1f1b"
     zero_shard_degree: int | None = None
+    overlap_grad_reduce: bool = True  # bucketed gradient reduction overlapped with backward
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size"):

@@ -1,0 +1,193 @@
+"""Per-GPU compute time of one transformer layer: a roofline with shape-dependent efficiency.
+
+Every kernel is priced as ``t0 + max(FLOP / (peak * ceiling * shape_eff), bytes / (HBM *
+eta))`` (kernel_throughput.md sec. 5.1-5.5):
+
+* ``ceiling`` is the GPU's best achievable matmul fraction of the dense peak (MAMF).
+* ``shape_eff = d_min / (d_min + d_half)``: small GEMM dimensions leave the GPU partly idle
+  (tile and wave quantisation, NVIDIA "Matrix Multiplication Background" guide). ``d_half``
+  grows with throughput per SM (planner.constants.GEMM_SHAPE_HALF_DIM_PER_TFLOPS_PER_SM).
+* Memory-bound kernels (norms, activations, dropout, residual adds, softmax without flash
+  attention, cross-entropy) move bytes at ``HBM_STREAM_EFFICIENCY`` of the HBM bandwidth.
+* Flash attention runs at a per-generation efficiency measured inside training
+  (``FLASH_ATTENTION_EFFICIENCY``) on the causal half of the square; the backward pass
+  executes 2.5x the forward FLOPs (Dao 2023, FlashAttention-2 sec. 4.1 convention).
+
+All functions take the per-GPU shard shapes: tensor parallel degree ``tp`` divides heads and
+the MLP width; sequence parallelism divides the norm/dropout work by ``tp`` (Korthikanti et
+al. 2022 sec. 4.2.2); context parallelism divides the tokens by ``cp``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from planner import constants as C
+from planner.cost.flops import attn_proj_dims, mlp_matrices
+from planner.specs import GpuSpec, ModelSpec
+
+__all__ = ["LayerTimes", "gemm_time", "layer_times", "logits_times", "gpu_generation", "shape_half_dim"]
+
+ACT_BYTES = 2  # bf16/fp16 activations
+
+
+def gpu_generation(gpu: GpuSpec) -> str:
+    bf16 = gpu.peak("bf16") / 1e12
+    if gpu.id.startswith("mi"):
+        return "other"
+    if bf16 < 200:
+        return "other"  # V100 and older: no flash-attention-2 kernels
+    if bf16 < 400:
+        return "ampere"
+    if bf16 < 1500:
+        return "hopper"
+    return "blackwell"
+
+
+def shape_half_dim(gpu: GpuSpec, precision: str) -> float:
+    tflops_per_sm = gpu.peak(precision) / 1e12 / gpu.sm_count
+    return C.GEMM_SHAPE_HALF_DIM_PER_TFLOPS_PER_SM * tflops_per_sm
+
+
+def gemm_time(m: float, n: float, k: float, gpu: GpuSpec, precision: str, batch: float = 1.0) -> float:
+    """Seconds for ``batch`` GEMMs of (m x k) @ (k x n) on one GPU."""
+    if m <= 0 or n <= 0 or k <= 0:
+        return 0.0
+    flops = 2.0 * m * n * k * batch
+    dmin = min(m, n, k)
+    eff = gpu.ceiling(precision) * C.TRAINING_KERNEL_EFFICIENCY * dmin / (dmin + shape_half_dim(gpu, precision))
+    t_flop = flops / (gpu.peak(precision) * eff)
+    in_bytes = 1 if precision == "fp8" else ACT_BYTES
+    t_mem = (in_bytes * (m * k + k * n) + ACT_BYTES * m * n) * batch / (gpu.hbm_bandwidth_bytes_per_s * C.HBM_STREAM_EFFICIENCY)
+    return C.GEMM_KERNEL_OVERHEAD_S + max(t_flop, t_mem)
+
+
+def _gemm_fwd_bwd(m: float, n: float, k: float, gpu: GpuSpec, precision: str) -> tuple[float, float]:
+    """Forward (m,k)@(k,n); backward = data gradient (m,n)@(n,k) + weight gradient (k,m)@(m,n)."""
+    fwd = gemm_time(m, n, k, gpu, precision)
+    bwd = gemm_time(m, k, n, gpu, precision) + gemm_time(k, n, m, gpu, precision)
+    return fwd, bwd
+
+
+def _stream_time(nbytes: float, gpu: GpuSpec, kernels: int) -> float:
+    return nbytes / (gpu.hbm_bandwidth_bytes_per_s * C.HBM_STREAM_EFFICIENCY) + kernels * C.ELEMENTWISE_KERNEL_OVERHEAD_S
+
+
+@dataclass(frozen=True)
+class LayerTimes:
+    """Seconds for one layer and one micro-batch on one GPU, compute only (no communication)."""
+
+    fwd_gemm_s: float
+    bwd_gemm_s: float
+    fwd_attn_s: float
+    bwd_attn_s: float
+    fwd_elementwise_s: float
+    bwd_elementwise_s: float
+
+    @property
+    def fwd_s(self) -> float:
+        return self.fwd_gemm_s + self.fwd_attn_s + self.fwd_elementwise_s
+
+    @property
+    def bwd_s(self) -> float:
+        return self.bwd_gemm_s + self.bwd_attn_s + self.bwd_elementwise_s
+
+
+@lru_cache(maxsize=65536)
+def layer_times(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    precision: str,
+    micro_batch: int,
+    seq_len: int,
+    tp: int,
+    cp: int,
+    sequence_parallel: bool,
+    flash_attention: bool = True,
+    moe_layer: bool = False,
+    ep: int = 1,
+) -> LayerTimes:
+    """Compute time of one dense (or MoE) layer for one micro-batch on one GPU."""
+    h = model.hidden
+    d = model.head_dim or h // model.heads
+    s_local = seq_len / cp
+    tokens = micro_batch * s_local
+    qw, kvw = attn_proj_dims(model)
+    gemms = [(tokens, (qw + kvw) / tp, h), (tokens, h, qw / tp)]
+    if model.moe is not None and moe_layer:
+        moe = model.moe
+        # Routed experts: each GPU runs its experts/ep experts on tokens*top_k*ep/experts tokens
+        # each after the all-to-all (balanced routing); shared experts run on every token.
+        local_experts = max(1, moe.experts // ep)
+        per_expert_tokens = tokens * moe.top_k * ep / moe.experts
+        f_e = moe.expert_ffn_hidden
+        fe = per_expert_tokens
+        up_n = f_e * (mlp_matrices(model) - 1) / tp
+        up = gemm_time(fe, up_n, h, gpu, precision, local_experts)
+        up_b = gemm_time(fe, h, up_n, gpu, precision, local_experts) + gemm_time(h, up_n, fe, gpu, precision, local_experts)
+        down = gemm_time(fe, h, f_e / tp, gpu, precision, local_experts)
+        down_b = gemm_time(fe, f_e / tp, h, gpu, precision, local_experts) + gemm_time(f_e / tp, h, fe, gpu, precision, local_experts)
+        moe_f, moe_b = up + down, up_b + down_b
+        if moe.shared_experts:
+            gemms += [(tokens, f_e * moe.shared_experts * (mlp_matrices(model) - 1) / tp, h), (tokens, h, f_e * moe.shared_experts / tp)]
+        gemms.append((tokens, moe.experts, h))  # router
+        ffn_local = f_e * (moe.top_k + moe.shared_experts) / tp
+    else:
+        f = model.ffn_hidden
+        gemms += [(tokens, f * (mlp_matrices(model) - 1) / tp, h), (tokens, h, f / tp)]
+        moe_f = moe_b = 0.0
+        ffn_local = f / tp
+    fwd_gemm = moe_f
+    bwd_gemm = moe_b
+    for m, n, k in gemms:
+        f_, b_ = _gemm_fwd_bwd(m, n, k, gpu, precision)
+        fwd_gemm += f_
+        bwd_gemm += b_
+
+    heads_local = model.heads / tp
+    if flash_attention and gpu_generation(gpu) != "other":
+        eff = C.FLASH_ATTENTION_EFFICIENCY[gpu_generation(gpu)]  # already an in-training figure
+        # causal: half the square is computed; with context parallelism each rank holds
+        # s/cp queries against (on average) the whole causal prefix (load-balanced ring).
+        core_fwd = 2.0 * micro_batch * s_local * seq_len * heads_local * (2 * d) / 2.0
+        peak = gpu.peak("bf16" if precision == "fp8" else precision)
+        fwd_attn = core_fwd / (peak * eff) + C.GEMM_KERNEL_OVERHEAD_S
+        bwd_attn = 2.5 * core_fwd / (peak * eff) + 2 * C.GEMM_KERNEL_OVERHEAD_S
+    else:
+        # Unfused attention (Megatron's fused scale-mask-softmax): two batched GEMMs over the
+        # full square plus softmax, mask and dropout over b*a/t*s^2 elements.
+        batch = micro_batch * heads_local
+        prec = "bf16" if precision == "fp8" else precision
+        sc_f, sc_b = _gemm_fwd_bwd(s_local, seq_len, d, gpu, prec)
+        cx_f, cx_b = _gemm_fwd_bwd(s_local, d, seq_len, gpu, prec)
+        elems = batch * s_local * seq_len
+        fwd_attn = batch * (sc_f + cx_f - 2 * C.GEMM_KERNEL_OVERHEAD_S) + 2 * C.GEMM_KERNEL_OVERHEAD_S + _stream_time(elems * 9, gpu, 2)
+        bwd_attn = batch * (sc_b + cx_b - 4 * C.GEMM_KERNEL_OVERHEAD_S) + 4 * C.GEMM_KERNEL_OVERHEAD_S + _stream_time(elems * 13, gpu, 2)
+
+    # Elementwise traffic per token (bytes): two norms (read+write h each), two residual adds
+    # (read 2h, write h), dropout masks where the model trains with dropout, the MLP
+    # activation (read the up-projection output, write its input to down-projection).
+    hid = h / (tp if sequence_parallel else 1)
+    dropout = 2 if model.bias else 0
+    per_token = ACT_BYTES * (2 * 2 * hid + 2 * 3 * hid) + dropout * (ACT_BYTES * 2 + 1) * hid
+    act_in = 2 if mlp_matrices(model) == 3 else 1
+    per_token += ACT_BYTES * (act_in + 1) * ffn_local
+    per_token += ACT_BYTES * 2 * (qw + kvw) / tp  # rotary/bias on q, k (read + write)
+    fwd_el = _stream_time(tokens * per_token, gpu, 8)
+    bwd_el = _stream_time(2 * tokens * per_token, gpu, 12)
+    return LayerTimes(fwd_gemm, bwd_gemm, fwd_attn, bwd_attn, fwd_el, bwd_el)
+
+
+@lru_cache(maxsize=8192)
+def logits_times(model: ModelSpec, gpu: GpuSpec, precision: str, micro_batch: int, seq_len: int, tp: int, cp: int) -> tuple[float, float]:
+    """(forward, backward) seconds of the output layer and cross-entropy on the last stage.
+
+    Megatron computes the vocab-parallel cross-entropy in fp32 (read logits, write fp32
+    softmax, read it back in backward): ~12 bytes per logit element.
+    """
+    tokens = micro_batch * seq_len / cp
+    prec = "bf16" if precision == "fp8" else precision  # the output layer stays in 16-bit
+    f, b = _gemm_fwd_bwd(tokens, model.vocab / tp, model.hidden, gpu, prec)
+    elems = tokens * model.vocab / tp
+    return f + _stream_time(elems * 6, gpu, 3), b + _stream_time(elems * 8, gpu, 3)

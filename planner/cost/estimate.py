@@ -1,0 +1,357 @@
+"""estimate(model, cluster, job, parallel) -> Estimate: the whole step, assembled.
+
+Step time (docs/cost_model.md has every term with its source and known error):
+
+    T_step = T_pipeline + exposed DP/ZeRO communication + optimizer + embedding sync + overhead
+    T_pipeline = m * t_max + (sum_i t_i - t_max) / v      (1F1B: v = 1)
+
+where t_i is stage i's time for one micro-batch (forward, backward, recomputation, exposed
+tensor/context/expert-parallel communication, pipeline send/recv). With equal stages this is
+(m + (p - 1)/v) t: the bubble fraction (p - 1)/(v m) of Narayanan et al. 2021 eq. 1 and
+sec. 2.2.2.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from planner import constants as C
+from planner.cost import memory as M
+from planner.cost.comm import alltoall_time, cp_ring_time, dp_collective_time, group_links, p2p_time, tp_allreduce_time
+from planner.cost.compute import gpu_generation, layer_times, logits_times
+from planner.cost.flops import attn_proj_dims, layer_flops, logits_flops, step_model_flops
+from planner.errors import InputError
+from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
+
+__all__ = ["Estimate", "estimate", "check_parallel", "even_split", "default_flash"]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    step_time_s: float
+    tokens_per_s: float
+    tflops_per_gpu: float
+    mfu: float
+    hfu: float
+    model_flops: float
+    executed_flops: float
+    time_breakdown_s: dict
+    comm: list
+    stage_times_s: list
+    stages: list
+    memory_peak_bytes: float
+    memory_capacity_bytes: float
+    num_microbatches: int
+    layers_per_stage: tuple
+    bound: str
+    notes: list = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        return self.memory_peak_bytes <= self.memory_capacity_bytes
+
+    def as_dict(self) -> dict:
+        return {
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "tflops_per_gpu": self.tflops_per_gpu,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "model_flops_per_step": self.model_flops,
+            "executed_flops_per_step": self.executed_flops,
+            "flop_conventions": {
+                "mfu": "model FLOPs: 3 x forward, full-square attention, no recompute (Narayanan 2021 eq. 3 without the recompute term), over the dense 16-bit peak",
+                "hfu": "executed FLOPs: with recompute, causal half of attention when flash attention runs",
+            },
+            "memory_peak_bytes": self.memory_peak_bytes,
+            "memory_capacity_bytes": self.memory_capacity_bytes,
+            "fits": self.fits,
+            "num_microbatches": self.num_microbatches,
+            "layers_per_stage": list(self.layers_per_stage),
+            "bound": self.bound,
+            "time_breakdown_s": dict(self.time_breakdown_s),
+            "communication": list(self.comm),
+            "stage_times_s": list(self.stage_times_s),
+            "memory_by_stage": [s.as_dict() for s in self.stages],
+            "notes": list(self.notes),
+        }
+
+
+def even_split(layers: int, pp: int) -> tuple[int, ...]:
+    base, rem = divmod(layers, pp)
+    return tuple(base + (1 if i >= pp - rem else 0) for i in range(pp))
+
+
+def check_parallel(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig) -> None:
+    """Raise InputError when ``par`` breaks a rule the engines enforce."""
+    if par.world != cluster.num_gpus:
+        raise InputError("parallel", f"tp*pp*dp*cp = {par.tp}*{par.pp}*{par.dp}*{par.cp} = {par.world}", f"the GPU count {cluster.num_gpus}")
+    if model.heads % par.tp:
+        raise InputError("parallel.tp", par.tp, f"a divisor of the attention heads ({model.heads})")
+    if not model.is_mla and model.kv_heads % par.tp and par.tp % model.kv_heads:
+        raise InputError("parallel.tp", par.tp, f"a divisor or multiple of the KV heads ({model.kv_heads})")
+    if job.global_batch_size % (par.micro_batch_size * par.dp):
+        raise InputError("parallel.micro_batch_size", par.micro_batch_size, f"micro_batch_size * dp ({par.micro_batch_size}*{par.dp}) dividing the global batch {job.global_batch_size}")
+    if par.cp > 1 and job.seq_len % (2 * par.cp):
+        raise InputError("parallel.cp", par.cp, f"2*cp dividing the sequence length {job.seq_len}")
+    if par.pp > model.layers:
+        raise InputError("parallel.pp", par.pp, f"at most the layer count ({model.layers})")
+    lps = par.layers_per_stage or even_split(model.layers, par.pp)
+    if sum(lps) != model.layers:
+        raise InputError("parallel.layers_per_stage", list(lps), f"stages summing to {model.layers} layers")
+    if par.vpp > 1:
+        if par.pp == 1:
+            raise InputError("parallel.vpp", par.vpp, "1 without pipeline parallelism")
+        if any(n % par.vpp for n in lps):
+            raise InputError("parallel.vpp", par.vpp, f"a divisor of every stage's layer count {list(lps)}")
+        if par.num_microbatches(job.global_batch_size) % par.pp:
+            raise InputError("parallel.vpp", par.vpp, f"interleaving needs the micro-batch count ({par.num_microbatches(job.global_batch_size)}) divisible by pp ({par.pp})")
+    if par.ep > 1:
+        if model.moe is None:
+            raise InputError("parallel.ep", par.ep, "1 for a dense model")
+        if model.moe.experts % par.ep or (par.dp * par.cp) % par.ep:
+            raise InputError("parallel.ep", par.ep, f"a divisor of the experts ({model.moe.experts}) and of dp*cp ({par.dp * par.cp})")
+
+
+def default_flash(job: Job) -> bool:
+    """Which attention kernel a run uses when nobody says.
+
+    FlashAttention (Dao et al. 2022, arXiv 2205.14135) reached Megatron-LM and DeepSpeed in
+    2023, when training had moved to bf16; fp16 runs are the earlier generation that used
+    Megatron's fused scale-mask-softmax over the full s x s square (Narayanan 2021;
+    Korthikanti 2022). So: flash for bf16 and fp8, unfused for fp16. Override it with
+    ``flash_attention=`` (CLI ``--attention``).
+    """
+    return job.precision != "fp16"
+
+
+def _per_rank_links(g):
+    """The same group with one rank per domain: each rank drives only its own NIC share."""
+    from planner.cost.comm import GroupLinks  # noqa: PLC0415
+
+    return GroupLinks(g.size, 1, g.size, g.intra, g.inter) if g.m > 1 else g
+
+
+def estimate(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: Job,
+    par: ParallelConfig,
+    flash_attention: bool | None = None,
+    validate: bool = True,
+) -> Estimate:
+    """Predict one configuration. ``flash_attention=None`` resolves with :func:`default_flash`."""
+    if flash_attention is None:
+        flash_attention = default_flash(job)
+    if validate:
+        check_parallel(model, cluster, job, par)
+    gpu = cluster.gpu
+    prec = job.precision
+    mb, s, tp, cp, pp, v = par.micro_batch_size, job.seq_len, par.tp, par.cp, par.pp, par.vpp
+    flash = flash_attention and gpu_generation(gpu) != "other"
+    m = par.num_microbatches(job.global_batch_size)
+    lps = par.layers_per_stage or even_split(model.layers, pp)
+    links = group_links(cluster, par)
+    sp = par.sequence_parallel and tp > 1
+    notes: list[str] = []
+
+    # --- per-layer, per-micro-batch -----------------------------------------------------------
+    has_moe = model.moe is not None and model.moe_layers > 0
+    lt_d = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, False, par.ep)
+    lt_m = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, True, par.ep) if has_moe else lt_d
+    act_bytes = mb * s / cp * model.hidden * 2  # one b*s*h activation in 16-bit
+    t_tp = tp_allreduce_time(links["tp"], act_bytes, sp)
+    tp_fwd = 2 * t_tp
+    tp_bwd = 2 * t_tp * (1 - C.TP_BWD_OVERLAP_FRACTION)
+    qw, kvw = attn_proj_dims(model)
+    kv_chunk = 2 * mb * s / cp * kvw / tp
+    t_cp_f = cp_ring_time(links["cp"], kv_chunk)
+    cp_fwd = max(0.0, t_cp_f - lt_d.fwd_attn_s)  # overlapped with the attention of the resident chunk
+    cp_bwd = max(0.0, 2 * t_cp_f - lt_d.bwd_attn_s)
+    ep_bytes = mb * s / cp * model.hidden * 2 * (model.moe.top_k if has_moe else 0)
+    t_a2a = alltoall_time(links["ep"], ep_bytes) if has_moe else 0.0
+
+    def layer_cost(lt, moe: bool) -> dict[str, float]:
+        a2a = 2 * t_a2a if moe else 0.0
+        rec = 0.0
+        rec_comm = 0.0
+        if par.recompute == "full":
+            rec = lt.fwd_s
+            rec_comm = tp_fwd + cp_fwd + a2a
+        elif par.recompute == "selective":
+            rec = lt.fwd_attn_s
+        return {
+            "compute": lt.fwd_s + lt.bwd_s,
+            "recompute": rec,
+            "tp_comm": tp_fwd + tp_bwd + (tp_fwd if par.recompute == "full" else 0.0),
+            "cp_comm": cp_fwd + cp_bwd + (cp_fwd if par.recompute == "full" else 0.0),
+            "ep_comm": 2 * a2a + (a2a if par.recompute == "full" else 0.0),
+        }
+
+    cost_d = layer_cost(lt_d, False)
+    cost_m = layer_cost(lt_m, True)
+    dense_layers = model.layers - model.moe_layers
+    lg_f, lg_b = logits_times(model, gpu, prec, mb, s, tp, cp)
+    p2p_bytes = act_bytes / tp
+    t_p2p = p2p_time(links["pp"], p2p_bytes)
+
+    stage_parts: list[dict[str, float]] = []
+    first = 0
+    for i, n in enumerate(lps):
+        n_dense = max(0, min(n, dense_layers - first))
+        n_moe = n - n_dense
+        first += n
+        parts = {k: n_dense * cost_d[k] + n_moe * cost_m[k] for k in cost_d}
+        if i == pp - 1:
+            parts["compute"] += lg_f + lg_b
+        parts["pp_comm"] = 2 * v * t_p2p if pp > 1 else 0.0
+        stage_parts.append(parts)
+    stage_t = [sum(p.values()) for p in stage_parts]
+    t_max = max(stage_t)
+    crit = stage_parts[stage_t.index(t_max)]
+    t_pipe = m * t_max + (sum(stage_t) - t_max) / v
+    bubble = t_pipe - m * t_max
+
+    # --- data parallel, optimizer -------------------------------------------------------------
+    shard = par.zero_shard_degree or par.dp * par.cp
+    grad_b = 2.0 if prec == "fp16" else 4.0
+    stage_params = [M.stage_params(model, n, i, pp, tp, par.ep) for i, n in enumerate(lps)]
+    dp_exposed = 0.0
+    opt_t = 0.0
+    zero3_exposed = 0.0
+    dp_t_max = 0.0
+    for i, sp_i in enumerate(stage_params):
+        dense_p = sp_i["layers"] + sp_i["embedding"] + sp_i["output"]
+        exp_p = sp_i["experts"]
+        t_dp = dp_collective_time(links["dp_cp"], dense_p * grad_b, dense_p * 2, min(par.zero, 2))
+        if exp_p:
+            exp_dp = max(1, par.dp * par.cp // par.ep)
+            el = group_links(cluster, ParallelConfig(tp=tp, cp=1, dp=exp_dp, pp=1))["dp"]
+            t_dp += dp_collective_time(el, exp_p * grad_b, exp_p * 2, min(par.zero, 2))
+        window = lps[i] * lt_d.bwd_s  # the last micro-batch's backward on this stage
+        eta = C.COMM_COMPUTE_OVERLAP_EFFICIENCY
+        exposed = t_dp - eta * min(t_dp, window) if par.overlap_grad_reduce else t_dp
+        if par.zero >= 3:
+            # Weights gathered per layer in forward, backward (and the recomputed forward),
+            # every micro-batch, gradients reduce-scattered per layer (Rajbhandari 2020 sec.
+            # 7.2.2). These per-module collectives run rank by rank through the rank's own
+            # NIC share (k = 1), not as one node-aggregated ring; prefetching overlaps them
+            # with compute at the shared overlap efficiency.
+            gathers = 3 if par.recompute == "full" else 2
+            z3 = _per_rank_links(links["dp_cp"])
+            layer_p = (dense_p + exp_p) / max(1, lps[i])
+            t_g = z3.time("allgather", layer_p * 2)
+            t_rs = z3.time("reducescatter", layer_p * grad_b)
+            per_mb_comm = lps[i] * (gathers * t_g + t_rs)
+            per_mb_comp = stage_t[i]
+            zero3_exposed = max(zero3_exposed, m * (per_mb_comm - eta * min(per_mb_comm, per_mb_comp)) + t_g)
+            exposed = 0.0
+        dp_exposed = max(dp_exposed, exposed)
+        dp_t_max = max(dp_t_max, t_dp)
+        held = (dense_p + exp_p) / (shard if par.zero >= 1 else 1)
+        opt_t = max(opt_t, held * C.OPTIMIZER_BYTES_PER_PARAM / (gpu.hbm_bandwidth_bytes_per_s * C.HBM_STREAM_EFFICIENCY))
+    emb_sync = 0.0
+    if pp > 1 and model.tied_embeddings:
+        emb_bytes = model.vocab * model.hidden / tp * grad_b
+        emb_sync = links["pp"].intra.latency_s + emb_bytes / (links["pp"].inter if links["pp"].m > 1 else links["pp"].intra).bandwidth_bytes_per_s
+    step = t_pipe + dp_exposed + zero3_exposed + opt_t + emb_sync + C.STEP_OVERHEAD_S
+
+    # --- FLOPs and utilisation ----------------------------------------------------------------
+    gbs = job.global_batch_size
+    model_flops = step_model_flops(model, gbs, s)
+    fwd_matmul = 0.0
+    fwd_core = 0.0
+    for moe_l, count in ((False, dense_layers), (True, model.moe_layers)):
+        if count:
+            lf = layer_flops(model, gbs, s, moe_l)
+            fwd_matmul += count * lf.matmul
+            fwd_core += count * lf.attn_core
+    core_exec = fwd_core / 2 if flash else fwd_core
+    rec_flops = {"full": fwd_matmul + core_exec, "selective": core_exec}.get(par.recompute, 0.0)
+    executed = 3 * (fwd_matmul + core_exec) + 3 * logits_flops(model, gbs, s) + rec_flops
+    n = cluster.num_gpus
+    peak16 = gpu.peak("bf16")
+    mfu = model_flops / (step * n * peak16)
+    hfu = executed / (step * n * peak16)
+
+    # --- memory ---------------------------------------------------------------------------------
+    stages = []
+    u = 1.0 / tp if sp else 1.0
+    for i, n_i in enumerate(lps):
+        sp_i = stage_params[i]
+        bpp = M.bytes_per_param(prec, par.zero, shard)
+        exp_shard = max(1, shard // par.ep)
+        bpp_e = M.bytes_per_param(prec, par.zero, exp_shard)
+        dense_p = sp_i["layers"] + sp_i["embedding"] + sp_i["output"]
+        w = dense_p * bpp["weights"] + sp_i["experts"] * bpp_e["weights"]
+        g = dense_p * bpp["gradients"] + sp_i["experts"] * bpp_e["gradients"]
+        o = dense_p * bpp["optimizer"] + sp_i["experts"] * bpp_e["optimizer"]
+        inflight = M.inflight_microbatches(i, pp, v, m)
+        a_layer = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, par.recompute, flash, has_moe)
+        acts = a_layer * n_i * inflight
+        if par.recompute == "full":
+            acts += M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, "none", flash, has_moe)
+        if i == 0:
+            acts += act_bytes * u * inflight * (1.5 if model.bias else 1.0)
+        logits = 6.0 * mb * s / cp * model.vocab / tp if i == pp - 1 else 0.0
+        buffers = M.framework_buffers_bytes()
+        if par.zero >= 3:
+            buffers += 2 * 2 * dense_p / max(1, n_i)  # two gathered layers in 16-bit (prefetch)
+        reserve = C.ALLOCATOR_RESERVE_FRACTION * (w + g + o + acts + logits)
+        stages.append(M.StageMemory(i, n_i, w, g, o, acts, logits, buffers, reserve))
+    peak_mem = max(st.total_bytes for st in stages)
+    cap = gpu.memory_bytes
+
+    tokens = gbs * s
+    breakdown = {
+        "compute_s": m * (crit["compute"]),
+        "recompute_s": m * crit["recompute"],
+        "tp_comm_exposed_s": m * crit["tp_comm"],
+        "cp_comm_exposed_s": m * crit["cp_comm"],
+        "ep_comm_exposed_s": m * crit["ep_comm"],
+        "pp_comm_exposed_s": m * crit["pp_comm"],
+        "bubble_s": bubble,
+        "dp_comm_exposed_s": dp_exposed + zero3_exposed,
+        "optimizer_s": opt_t,
+        "embedding_sync_s": emb_sync,
+        "overhead_s": C.STEP_OVERHEAD_S,
+    }
+    comm = [
+        {"kind": "tp", "link": links["tp"].link, "time_s": m * max(stage_t and [n * 0 for n in lps]) + m * sum(lps[:1]) * 0 + m * max(lps) * (4 * t_tp), "exposed_s": breakdown["tp_comm_exposed_s"]},
+        {"kind": "pp", "link": links["pp"].link, "time_s": m * 2 * v * t_p2p, "exposed_s": breakdown["pp_comm_exposed_s"]},
+        {"kind": "dp", "link": links["dp_cp"].link, "time_s": dp_t_max, "exposed_s": breakdown["dp_comm_exposed_s"]},
+        {"kind": "cp", "link": links["cp"].link, "time_s": m * max(lps) * 3 * t_cp_f, "exposed_s": breakdown["cp_comm_exposed_s"]},
+        {"kind": "ep", "link": links["ep"].link, "time_s": m * model.moe_layers * 4 * t_a2a, "exposed_s": breakdown["ep_comm_exposed_s"]},
+    ]
+    bound_terms = {
+        "compute": breakdown["compute_s"] + breakdown["recompute_s"],
+        f"tp comm ({links['tp'].link})": breakdown["tp_comm_exposed_s"],
+        "pipeline bubble": bubble,
+        f"dp comm ({links['dp_cp'].link})": breakdown["dp_comm_exposed_s"],
+        f"pp comm ({links['pp'].link})": breakdown["pp_comm_exposed_s"],
+        f"cp comm ({links['cp'].link})": breakdown["cp_comm_exposed_s"],
+        f"ep comm ({links['ep'].link})": breakdown["ep_comm_exposed_s"],
+    }
+    bound = max(bound_terms, key=bound_terms.get)
+    if peak_mem > 0.95 * cap:
+        bound = "memory" if peak_mem <= cap else "memory (does not fit)"
+    return Estimate(
+        step_time_s=step,
+        tokens_per_s=tokens / step,
+        tflops_per_gpu=model_flops / step / n / 1e12,
+        mfu=mfu,
+        hfu=hfu,
+        model_flops=model_flops,
+        executed_flops=executed,
+        time_breakdown_s=breakdown,
+        comm=comm,
+        stage_times_s=stage_t,
+        stages=stages,
+        memory_peak_bytes=peak_mem,
+        memory_capacity_bytes=cap,
+        num_microbatches=m,
+        layers_per_stage=tuple(lps),
+        bound=bound,
+        notes=notes,
+    )

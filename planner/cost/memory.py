@@ -1,0 +1,170 @@
+"""Memory per GPU, per pipeline stage: model states, activations, buffers, allocator reserve.
+
+Model states (Rajbhandari et al. 2020, ZeRO, sec. 3.1: 2 + 2 + K bytes per parameter with
+K = 12 for mixed-precision Adam; Megatron-LM ``docs/source/api-guide/dist_optimizer.md``:
+bf16 parameters with fp32 main gradients take 6 + 12/d bytes per parameter under the
+distributed optimizer):
+
+    weights   2 B/param (16-bit), +1 B with FP8 weight caches
+    gradients 4 B/param for bf16 (fp32 main grads), 2 B for fp16
+    optimizer 12 B/param (fp32 master copy, Adam m and v)
+
+ZeRO 1 shards the optimizer over the data-parallel group, 2 adds gradients, 3 adds weights.
+
+Activations per layer and micro-batch follow Korthikanti et al. 2022 ("Reducing Activation
+Recomputation in Large Transformer Models"), sec. 4.1-4.2, eqs. 1-6:
+``s b h (34 + 5 a s / h)`` bytes without parallelism, ``s b h (10 + 24/t + 5 a s/(h t))``
+with tensor parallelism, ``s b h (34/t + 5 a s/(h t))`` with sequence parallelism too,
+``s b h 34/t`` with selective recompute, ``2 s b h / t`` with full recompute. The code
+itemises the same tensors so that GQA, SwiGLU, no-dropout models and flash attention (which
+stores no s x s matrices, Dao et al. 2022) follow from the same list.
+
+In-flight micro-batches: under 1F1B stage i holds min(p - i, m) of them (Narayanan et al.
+2021 sec. 2.2.1); under interleaving rank r warms up (p - r - 1) 2 + (v - 1) p chunks, so
+rank 0 holds p (1 + (p - 1)/(p v)) micro-batches' worth (Korthikanti 2022 sec. 4.2.3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner import constants as C
+from planner.cost.flops import attn_proj_dims, embedding_params, layer_params, mlp_matrices
+from planner.specs import ModelSpec
+
+__all__ = [
+    "StageMemory",
+    "bytes_per_param",
+    "activation_bytes_per_layer",
+    "inflight_microbatches",
+    "stage_params",
+]
+
+
+def bytes_per_param(precision: str, zero: int, dp: int) -> dict[str, float]:
+    """Model-state bytes per parameter held by one GPU, after ZeRO sharding over ``dp``."""
+    w = 2.0 + (1.0 if precision == "fp8" else 0.0)
+    g = 2.0 if precision == "fp16" else 4.0
+    o = 12.0
+    return {
+        "weights": w / dp if zero >= 3 else w,
+        "gradients": g / dp if zero >= 2 else g,
+        "optimizer": o / dp if zero >= 1 else o,
+    }
+
+
+def activation_bytes_per_layer(
+    model: ModelSpec,
+    micro_batch: int,
+    seq_len: int,
+    tp: int,
+    cp: int,
+    sequence_parallel: bool,
+    recompute: str,
+    flash_attention: bool,
+    moe_layer: bool = False,
+) -> float:
+    """Bytes one layer keeps for its backward pass, for one micro-batch, on one GPU."""
+    s = seq_len / cp
+    b = micro_batch
+    h = model.hidden
+    u = 1.0 / tp if sequence_parallel else 1.0
+    if recompute == "full":
+        return 2.0 * s * b * h * u  # only the layer input (Korthikanti sec. 4.3)
+    qw, kvw = attn_proj_dims(model)
+    dropout = model.bias  # GPT-era models train with dropout; Llama-era models do not
+    a_loc = model.heads / tp
+    sbh = s * b * h
+    attn = 2 * sbh * u + 2 * sbh * u  # norm input, QKV input (norm output)
+    attn += 2 * s * b * (qw + kvw) / tp  # Q, K, V
+    attn += 2 * s * b * qw / tp  # out-projection input (= attention output)
+    attn += sbh * u if dropout else 0.0  # attention-output dropout mask
+    if not flash_attention and recompute != "selective":
+        attn += (5.0 if dropout else 2.0) * a_loc * s * seq_len * b  # softmax out, mask, dropout out
+    elif flash_attention:
+        attn += 4.0 * a_loc * s * b  # fp32 log-sum-exp per query row
+    if model.moe is not None and moe_layer:
+        moe = model.moe
+        f = moe.expert_ffn_hidden * (moe.top_k + moe.shared_experts) / tp
+        mlp_in = 2 * sbh * (moe.top_k + 1) * u  # norm output + dispatched copies
+    else:
+        f = model.ffn_hidden / tp
+        mlp_in = 2 * sbh * u
+    mlp = 2 * sbh * u + mlp_in  # norm input, fc1 input
+    mlp += 2 * s * b * f * (2 if mlp_matrices(model) == 3 else 1)  # activation input(s)
+    mlp += 2 * s * b * f  # fc2 input
+    mlp += sbh * u if dropout else 0.0
+    return attn + mlp
+
+
+def inflight_microbatches(stage: int, pp: int, vpp: int, num_microbatches: int) -> float:
+    """Micro-batches whose activations stage ``stage`` holds at its peak (in whole-stage units)."""
+    if pp <= 1:
+        return 1.0
+    if vpp <= 1:
+        return float(min(pp - stage, num_microbatches))
+    chunks = (pp - stage - 1) * 2 + (vpp - 1) * pp + 1
+    return min(chunks, num_microbatches * vpp) / vpp
+
+
+def stage_params(model: ModelSpec, layers: int, stage: int, pp: int, tp: int, ep: int) -> dict[str, float]:
+    """Parameters one GPU of pipeline stage ``stage`` holds (tensor/expert shards)."""
+    dense_layers = model.layers - model.moe_layers
+    # Layers are placed in order; the first ``dense_layers`` are dense (DeepSeek-V3 layout).
+    lp_d = layer_params(model, moe_layer=False)
+    lp_m = layer_params(model, moe_layer=True) if model.moe else lp_d
+    n_dense = min(layers, max(0, dense_layers - _first_layer(model, stage, pp, layers)))
+    n_moe = layers - n_dense
+    shard = lambda lp: lp["attention"] / tp + lp["mlp"] / tp + lp["norms"] + lp["router"]  # noqa: E731
+    out = {"layers": n_dense * shard(lp_d) + n_moe * shard(lp_m), "experts": n_moe * lp_m["experts"] / (tp * ep)}
+    emb = embedding_params(model)
+    out["embedding"] = emb["embedding"] / tp if stage == 0 else 0.0
+    if stage == pp - 1:
+        out["output"] = (emb["output"] or (emb["embedding"] if pp > 1 else 0)) / tp + emb["final_norm"]
+    else:
+        out["output"] = 0.0
+    return out
+
+
+def _first_layer(model: ModelSpec, stage: int, pp: int, layers: int) -> int:
+    # Even split assumption for locating dense layers; exact when layers_per_stage is even.
+    return stage * layers
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Bytes per GPU on one pipeline stage."""
+
+    stage: int
+    layers: int
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    logits_bytes: float
+    buffers_bytes: float
+    reserve_bytes: float
+
+    @property
+    def model_states_bytes(self) -> float:
+        return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+
+    @property
+    def total_bytes(self) -> float:
+        return self.model_states_bytes + self.activations_bytes + self.logits_bytes + self.buffers_bytes + self.reserve_bytes
+
+    def as_dict(self) -> dict:
+        return {
+            "stage": self.stage, "layers": self.layers,
+            "weights_bytes": self.weights_bytes, "gradients_bytes": self.gradients_bytes,
+            "optimizer_bytes": self.optimizer_bytes, "activations_bytes": self.activations_bytes,
+            "logits_bytes": self.logits_bytes, "buffers_bytes": self.buffers_bytes,
+            "reserve_bytes": self.reserve_bytes, "total_bytes": self.total_bytes,
+        }
+
+
+def framework_buffers_bytes() -> float:
+    return C.FRAMEWORK_BUFFER_BYTES
+
+
+__all__.append("framework_buffers_bytes")

@@ -1,0 +1,90 @@
+"""The candidate space: every parallel configuration the engines accept for a job.
+
+Each dimension lives on a small discrete set (search_design.md sec. 1): divisors of the GPU
+count for tp x pp x dp x cp (x ep), tp inside the NVLink domain and dividing the heads,
+micro-batch sizes dividing global_batch / dp, vpp dividing the layers per stage, three
+recompute levels, ZeRO 0-3 (capped), sequence parallelism on/off. ``fixed`` pins any field
+(the non-null fields of a scenario's ``parallel`` block).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
+
+__all__ = ["SearchOptions", "divisors", "candidates", "FIELDS"]
+
+FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "sequence_parallel", "zero", "schedule")
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """What the search may choose. ``fixed`` maps a field of ParallelConfig to its value."""
+
+    fixed: dict = field(default_factory=dict, hash=False)
+    allow_tp_across_nodes: bool = False
+    max_micro_batch: int = 16
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    recompute: tuple[str, ...] = ("none", "selective", "full")
+    max_vpp: int = 8
+    max_cp: int = 64
+    flash_attention: bool | None = None  # None: planner.cost.estimate.default_flash
+    uneven_split: bool = True
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def _pick(fixed: dict, name: str, options):
+    if name in fixed and fixed[name] is not None:
+        return [fixed[name]]
+    return list(options)
+
+
+def candidates(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: SearchOptions):
+    """Yield every ParallelConfig (even layer split) that satisfies the engines' rules."""
+    n = cluster.num_gpus
+    fx = opts.fixed
+    dom = cluster.nvlink_domain
+    tps = [t for t in divisors(n) if model.heads % t == 0 and (model.is_mla or model.kv_heads % t == 0 or t % model.kv_heads == 0)]
+    if not opts.allow_tp_across_nodes:
+        tps = [t for t in tps if t <= dom]
+    tps = _pick(fx, "tp", tps)
+    cps = _pick(fx, "cp", [c for c in divisors(n) if c <= opts.max_cp and (c == 1 or job.seq_len % (2 * c) == 0)])
+    pps = _pick(fx, "pp", [p for p in divisors(n) if p <= model.layers])
+    for tp, cp, pp in itertools.product(tps, cps, pps):
+        if n % (tp * cp * pp):
+            continue
+        dp = n // (tp * cp * pp)
+        if fx.get("dp") not in (None, dp):
+            continue
+        if job.global_batch_size % dp:
+            continue
+        per_rank = job.global_batch_size // dp
+        mbs = _pick(fx, "micro_batch_size", [b for b in divisors(per_rank) if b <= opts.max_micro_batch])
+        eps = [1]
+        if model.moe is not None:
+            eps = [e for e in divisors(model.moe.experts) if (dp * cp) % e == 0]
+        eps = _pick(fx, "ep", eps)
+        sps = _pick(fx, "sequence_parallel", [True, False] if tp > 1 else [False])
+        zeros = _pick(fx, "zero", opts.zero_stages)
+        recs = _pick(fx, "recompute", opts.recompute)
+        if pp == 1:
+            vpps = [1]
+        else:
+            base = model.layers // pp
+            vpps = [v for v in range(1, opts.max_vpp + 1) if base and model.layers % pp == 0 and base % v == 0]
+            if not vpps:
+                vpps = [1]
+        vpps = _pick(fx, "vpp", vpps)
+        for mb, ep, sp, z, rec, v in itertools.product(mbs, eps, sps, zeros, recs, vpps):
+            m = per_rank // mb
+            if v > 1 and m % pp:
+                continue
+            if z >= 2 and pp > 1:
+                continue  # Megatron/DeepSpeed pipelines accept ZeRO 0-1 only
+            yield ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=v, micro_batch_size=mb, recompute=rec, sequence_parallel=sp, zero=z)
