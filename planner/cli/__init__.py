@@ -5,3 +5,4 @@ from planner.cli.app import app, main  # noqa: F401
 
 # Command modules (one line each; keep sorted).
 from planner.cli import collective  # noqa: F401
+from planner.cli import ps  # noqa: F401
