@@ -62,15 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         typer.echo("aborted", err=True)
         return 130
-    except Exception as exc:  # click usage errors and anything unexpected
-        import click  # noqa: PLC0415
-
-        if isinstance(exc, click.exceptions.UsageError):
+    except Exception as exc:  # click usage errors (typer vendors its own click) and anything unexpected
+        names = {c.__name__ for c in type(exc).__mro__}
+        if "UsageError" in names:
             typer.echo(f"error: {exc.format_message()}", err=True)
             return 2
-        if isinstance(exc, click.exceptions.ClickException):
+        if "ClickException" in names:
             typer.echo(f"error: {exc.format_message()}", err=True)
-            return exc.exit_code
+            return getattr(exc, "exit_code", 1)
         if debug:
             raise
         typer.echo(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for a traceback)", err=True)

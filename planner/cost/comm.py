@@ -20,6 +20,7 @@ forward, in backward, and in the recomputed forward (Rajbhandari et al. 2020 sec
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from planner.cost.collectives import Level, cluster_levels, collective, group_shape
 from planner.specs import ClusterSpec, ParallelConfig
@@ -47,19 +48,29 @@ class GroupLinks:
     def time(self, op: str, nbytes: float) -> float:
         if self.size <= 1 or nbytes <= 0:
             return 0.0
-        return collective(op, nbytes, self.k, self.m, self.intra, self.inter).time_s
+        return _collective_time(op, nbytes, self.k, self.m, self.intra, self.inter)
+
+
+@lru_cache(maxsize=262144)
+def _collective_time(op: str, nbytes: float, k: int, m: int, intra: Level, inter: Level) -> float:
+    return collective(op, nbytes, k, m, intra, inter).time_s
 
 
 def group_links(cluster: ClusterSpec, par: ParallelConfig) -> dict[str, GroupLinks]:
+    return _group_links(cluster, par.tp, par.cp, par.dp, par.pp, par.ep)
+
+
+@lru_cache(maxsize=65536)
+def _group_links(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int, ep: int) -> dict[str, GroupLinks]:
     intra, inter = cluster_levels(cluster)
     dom = cluster.nvlink_domain
     strides = {
-        "tp": (par.tp, 1),
-        "cp": (par.cp, par.tp),
-        "ep": (par.ep, par.tp * par.cp),
-        "dp": (par.dp, par.tp * par.cp),
-        "dp_cp": (par.dp * par.cp, par.tp),
-        "pp": (par.pp, par.tp * par.cp * par.dp),
+        "tp": (tp, 1),
+        "cp": (cp, tp),
+        "ep": (ep, tp * cp),
+        "dp": (dp, tp * cp),
+        "dp_cp": (dp * cp, tp),
+        "pp": (pp, tp * cp * dp),
     }
     out = {}
     for name, (size, stride) in strides.items():

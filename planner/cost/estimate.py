@@ -13,69 +13,18 @@ sec. 2.2.2.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from functools import lru_cache
 
 from planner import constants as C
 from planner.cost import memory as M
 from planner.cost.comm import alltoall_time, cp_ring_time, dp_collective_time, group_links, p2p_time, tp_allreduce_time
 from planner.cost.compute import gpu_generation, layer_times, logits_times
 from planner.cost.flops import attn_proj_dims, layer_flops, logits_flops, step_model_flops
+from planner.cost.result import Estimate
 from planner.errors import InputError
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
 __all__ = ["Estimate", "estimate", "check_parallel", "even_split", "default_flash"]
-
-
-@dataclass(frozen=True)
-class Estimate:
-    step_time_s: float
-    tokens_per_s: float
-    tflops_per_gpu: float
-    mfu: float
-    hfu: float
-    model_flops: float
-    executed_flops: float
-    time_breakdown_s: dict
-    comm: list
-    stage_times_s: list
-    stages: list
-    memory_peak_bytes: float
-    memory_capacity_bytes: float
-    num_microbatches: int
-    layers_per_stage: tuple
-    bound: str
-    notes: list = field(default_factory=list)
-
-    @property
-    def fits(self) -> bool:
-        return self.memory_peak_bytes <= self.memory_capacity_bytes
-
-    def as_dict(self) -> dict:
-        return {
-            "step_time_s": self.step_time_s,
-            "tokens_per_s": self.tokens_per_s,
-            "tflops_per_gpu": self.tflops_per_gpu,
-            "mfu": self.mfu,
-            "hfu": self.hfu,
-            "model_flops_per_step": self.model_flops,
-            "executed_flops_per_step": self.executed_flops,
-            "flop_conventions": {
-                "mfu": "model FLOPs: 3 x forward, full-square attention, no recompute (Narayanan 2021 eq. 3 without the recompute term), over the dense 16-bit peak",
-                "hfu": "executed FLOPs: with recompute, causal half of attention when flash attention runs",
-            },
-            "memory_peak_bytes": self.memory_peak_bytes,
-            "memory_capacity_bytes": self.memory_capacity_bytes,
-            "fits": self.fits,
-            "num_microbatches": self.num_microbatches,
-            "layers_per_stage": list(self.layers_per_stage),
-            "bound": self.bound,
-            "time_breakdown_s": dict(self.time_breakdown_s),
-            "communication": list(self.comm),
-            "stage_times_s": list(self.stage_times_s),
-            "memory_by_stage": [s.as_dict() for s in self.stages],
-            "notes": list(self.notes),
-        }
 
 
 def even_split(layers: int, pp: int) -> tuple[int, ...]:
@@ -133,6 +82,68 @@ def _per_rank_links(g):
     return GroupLinks(g.size, 1, g.size, g.intra, g.inter) if g.m > 1 else g
 
 
+@lru_cache(maxsize=16384)
+def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, flash: bool) -> tuple:
+    """Per layer and micro-batch on one GPU: (dense costs, MoE costs, last-stage extra,
+    per-stage pipeline send/recv), each cost a dict of seconds by kind."""
+    gpu = cluster.gpu
+    prec = job.precision
+    mb, s, tp, cp, v = par.micro_batch_size, job.seq_len, par.tp, par.cp, par.vpp
+    links = group_links(cluster, par)
+    sp = par.sequence_parallel and tp > 1
+    has_moe = model.moe is not None and model.moe_layers > 0
+    lt_d = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, False, par.ep)
+    lt_m = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, True, par.ep) if has_moe else lt_d
+    act_bytes = mb * s / cp * model.hidden * 2  # one b*s*h activation in 16-bit
+    t_tp = tp_allreduce_time(links["tp"], act_bytes, sp)
+    tp_fwd = 2 * t_tp
+    tp_bwd = 2 * t_tp * (1 - C.TP_BWD_OVERLAP_FRACTION)
+    qw, kvw = attn_proj_dims(model)
+    kv_chunk = 2 * mb * s / cp * kvw / tp
+    t_cp_f = cp_ring_time(links["cp"], kv_chunk)
+    cp_fwd = max(0.0, t_cp_f - lt_d.fwd_attn_s)  # overlapped with the attention of the resident chunk
+    cp_bwd = max(0.0, 2 * t_cp_f - lt_d.bwd_attn_s)
+    ep_bytes = mb * s / cp * model.hidden * 2 * (model.moe.top_k if has_moe else 0)
+    t_a2a = alltoall_time(links["ep"], ep_bytes) if has_moe else 0.0
+    full = par.recompute == "full"
+
+    def cost(lt, moe: bool) -> dict[str, float]:
+        a2a = 2 * t_a2a if moe else 0.0
+        rec = lt.fwd_s if full else (lt.fwd_attn_s if par.recompute == "selective" else 0.0)
+        return {
+            "compute": lt.fwd_s + lt.bwd_s,
+            "recompute": rec,
+            "tp_comm": tp_fwd + tp_bwd + (tp_fwd if full else 0.0),
+            "cp_comm": cp_fwd + cp_bwd + (cp_fwd if full else 0.0),
+            "ep_comm": 2 * a2a + (a2a if full else 0.0),
+        }
+
+    lg_f, lg_b = logits_times(model, gpu, prec, mb, s, tp, cp)
+    t_p2p = p2p_time(links["pp"], act_bytes / tp)
+    raw = {"t_tp": t_tp, "t_cp": t_cp_f, "t_a2a": t_a2a, "t_p2p": t_p2p, "bwd_dense_s": lt_d.bwd_s}
+    return cost(lt_d, False), cost(lt_m, True), lg_f + lg_b, (2 * v * t_p2p if par.pp > 1 else 0.0), raw
+
+
+def stage_time_parts(costs: tuple, n: int, n_dense: int, last: bool) -> dict[str, float]:
+    """Seconds per micro-batch on one stage of ``n`` layers (``n_dense`` of them dense)."""
+    cost_d, cost_m, last_extra, pp_comm, _ = costs
+    parts = {k: n_dense * cost_d[k] + (n - n_dense) * cost_m[k] for k in cost_d}
+    if last:
+        parts["compute"] += last_extra
+    parts["pp_comm"] = pp_comm
+    return parts
+
+
+def dense_counts(model: ModelSpec, lps: tuple) -> list[int]:
+    """Dense layers on each stage: the first ``layers - moe_layers`` layers are dense."""
+    dense = model.layers - model.moe_layers
+    out, first = [], 0
+    for n in lps:
+        out.append(max(0, min(n, dense - first)))
+        first += n
+    return out
+
+
 def estimate(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -156,57 +167,14 @@ def estimate(
     sp = par.sequence_parallel and tp > 1
     notes: list[str] = []
 
-    # --- per-layer, per-micro-batch -----------------------------------------------------------
+    costs = layer_costs(model, cluster, job, par, flash)
+    raw = costs[4]
+    t_tp, t_cp_f, t_a2a, t_p2p = raw["t_tp"], raw["t_cp"], raw["t_a2a"], raw["t_p2p"]
     has_moe = model.moe is not None and model.moe_layers > 0
-    lt_d = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, False, par.ep)
-    lt_m = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, True, par.ep) if has_moe else lt_d
-    act_bytes = mb * s / cp * model.hidden * 2  # one b*s*h activation in 16-bit
-    t_tp = tp_allreduce_time(links["tp"], act_bytes, sp)
-    tp_fwd = 2 * t_tp
-    tp_bwd = 2 * t_tp * (1 - C.TP_BWD_OVERLAP_FRACTION)
-    qw, kvw = attn_proj_dims(model)
-    kv_chunk = 2 * mb * s / cp * kvw / tp
-    t_cp_f = cp_ring_time(links["cp"], kv_chunk)
-    cp_fwd = max(0.0, t_cp_f - lt_d.fwd_attn_s)  # overlapped with the attention of the resident chunk
-    cp_bwd = max(0.0, 2 * t_cp_f - lt_d.bwd_attn_s)
-    ep_bytes = mb * s / cp * model.hidden * 2 * (model.moe.top_k if has_moe else 0)
-    t_a2a = alltoall_time(links["ep"], ep_bytes) if has_moe else 0.0
-
-    def layer_cost(lt, moe: bool) -> dict[str, float]:
-        a2a = 2 * t_a2a if moe else 0.0
-        rec = 0.0
-        rec_comm = 0.0
-        if par.recompute == "full":
-            rec = lt.fwd_s
-            rec_comm = tp_fwd + cp_fwd + a2a
-        elif par.recompute == "selective":
-            rec = lt.fwd_attn_s
-        return {
-            "compute": lt.fwd_s + lt.bwd_s,
-            "recompute": rec,
-            "tp_comm": tp_fwd + tp_bwd + (tp_fwd if par.recompute == "full" else 0.0),
-            "cp_comm": cp_fwd + cp_bwd + (cp_fwd if par.recompute == "full" else 0.0),
-            "ep_comm": 2 * a2a + (a2a if par.recompute == "full" else 0.0),
-        }
-
-    cost_d = layer_cost(lt_d, False)
-    cost_m = layer_cost(lt_m, True)
+    act_bytes = mb * s / cp * model.hidden * 2
     dense_layers = model.layers - model.moe_layers
-    lg_f, lg_b = logits_times(model, gpu, prec, mb, s, tp, cp)
-    p2p_bytes = act_bytes / tp
-    t_p2p = p2p_time(links["pp"], p2p_bytes)
-
-    stage_parts: list[dict[str, float]] = []
-    first = 0
-    for i, n in enumerate(lps):
-        n_dense = max(0, min(n, dense_layers - first))
-        n_moe = n - n_dense
-        first += n
-        parts = {k: n_dense * cost_d[k] + n_moe * cost_m[k] for k in cost_d}
-        if i == pp - 1:
-            parts["compute"] += lg_f + lg_b
-        parts["pp_comm"] = 2 * v * t_p2p if pp > 1 else 0.0
-        stage_parts.append(parts)
+    dcounts = dense_counts(model, tuple(lps))
+    stage_parts = [stage_time_parts(costs, n, dcounts[i], i == pp - 1) for i, n in enumerate(lps)]
     stage_t = [sum(p.values()) for p in stage_parts]
     t_max = max(stage_t)
     crit = stage_parts[stage_t.index(t_max)]
@@ -216,12 +184,23 @@ def estimate(
     # --- data parallel, optimizer -------------------------------------------------------------
     shard = par.zero_shard_degree or par.dp * par.cp
     grad_b = 2.0 if prec == "fp16" else 4.0
-    stage_params = [M.stage_params(model, n, i, pp, tp, par.ep) for i, n in enumerate(lps)]
+    # Stages with the same layer counts and role share every per-stage quantity below.
+    keys = [(n, dcounts[i], i == 0, i == pp - 1) for i, n in enumerate(lps)]
+    memo: dict = {}
+    stage_params = []
+    for i, key in enumerate(keys):
+        if key not in memo:
+            memo[key] = M.stage_params(model, lps[i], i, pp, tp, par.ep, n_dense=dcounts[i])
+        stage_params.append(memo[key])
     dp_exposed = 0.0
     opt_t = 0.0
     zero3_exposed = 0.0
     dp_t_max = 0.0
+    seen: set = set()
     for i, sp_i in enumerate(stage_params):
+        if (keys[i], stage_t[i]) in seen:
+            continue
+        seen.add((keys[i], stage_t[i]))
         dense_p = sp_i["layers"] + sp_i["embedding"] + sp_i["output"]
         exp_p = sp_i["experts"]
         t_dp = dp_collective_time(links["dp_cp"], dense_p * grad_b, dense_p * 2, min(par.zero, 2))
@@ -229,7 +208,7 @@ def estimate(
             exp_dp = max(1, par.dp * par.cp // par.ep)
             el = group_links(cluster, ParallelConfig(tp=tp, cp=1, dp=exp_dp, pp=1))["dp"]
             t_dp += dp_collective_time(el, exp_p * grad_b, exp_p * 2, min(par.zero, 2))
-        window = lps[i] * lt_d.bwd_s  # the last micro-batch's backward on this stage
+        window = lps[i] * raw["bwd_dense_s"]  # the last micro-batch's backward on this stage
         eta = C.COMM_COMPUTE_OVERLAP_EFFICIENCY
         exposed = t_dp - eta * min(t_dp, window) if par.overlap_grad_reduce else t_dp
         if par.zero >= 3:
@@ -278,20 +257,18 @@ def estimate(
     # --- memory ---------------------------------------------------------------------------------
     stages = []
     u = 1.0 / tp if sp else 1.0
+    bpp = M.bytes_per_param(prec, par.zero, shard)
+    bpp_e = M.bytes_per_param(prec, par.zero, max(1, shard // par.ep))
+    a_layer = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, par.recompute, flash, has_moe)
+    a_full = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, "none", flash, has_moe) if par.recompute == "full" else 0.0
     for i, n_i in enumerate(lps):
         sp_i = stage_params[i]
-        bpp = M.bytes_per_param(prec, par.zero, shard)
-        exp_shard = max(1, shard // par.ep)
-        bpp_e = M.bytes_per_param(prec, par.zero, exp_shard)
         dense_p = sp_i["layers"] + sp_i["embedding"] + sp_i["output"]
         w = dense_p * bpp["weights"] + sp_i["experts"] * bpp_e["weights"]
         g = dense_p * bpp["gradients"] + sp_i["experts"] * bpp_e["gradients"]
         o = dense_p * bpp["optimizer"] + sp_i["experts"] * bpp_e["optimizer"]
         inflight = M.inflight_microbatches(i, pp, v, m)
-        a_layer = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, par.recompute, flash, has_moe)
-        acts = a_layer * n_i * inflight
-        if par.recompute == "full":
-            acts += M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, "none", flash, has_moe)
+        acts = a_layer * n_i * inflight + a_full
         if i == 0:
             acts += act_bytes * u * inflight * (1.5 if model.bias else 1.0)
         logits = 6.0 * mb * s / cp * model.vocab / tp if i == pp - 1 else 0.0
@@ -318,7 +295,7 @@ def estimate(
         "overhead_s": C.STEP_OVERHEAD_S,
     }
     comm = [
-        {"kind": "tp", "link": links["tp"].link, "time_s": m * max(stage_t and [n * 0 for n in lps]) + m * sum(lps[:1]) * 0 + m * max(lps) * (4 * t_tp), "exposed_s": breakdown["tp_comm_exposed_s"]},
+        {"kind": "tp", "link": links["tp"].link, "time_s": m * max(lps) * (6 if par.recompute == "full" else 4) * t_tp, "exposed_s": breakdown["tp_comm_exposed_s"]},
         {"kind": "pp", "link": links["pp"].link, "time_s": m * 2 * v * t_p2p, "exposed_s": breakdown["pp_comm_exposed_s"]},
         {"kind": "dp", "link": links["dp_cp"].link, "time_s": dp_t_max, "exposed_s": breakdown["dp_comm_exposed_s"]},
         {"kind": "cp", "link": links["cp"].link, "time_s": m * max(lps) * 3 * t_cp_f, "exposed_s": breakdown["cp_comm_exposed_s"]},

@@ -107,13 +107,16 @@ def inflight_microbatches(stage: int, pp: int, vpp: int, num_microbatches: int) 
     return min(chunks, num_microbatches * vpp) / vpp
 
 
-def stage_params(model: ModelSpec, layers: int, stage: int, pp: int, tp: int, ep: int) -> dict[str, float]:
-    """Parameters one GPU of pipeline stage ``stage`` holds (tensor/expert shards)."""
-    dense_layers = model.layers - model.moe_layers
-    # Layers are placed in order; the first ``dense_layers`` are dense (DeepSeek-V3 layout).
+def stage_params(model: ModelSpec, layers: int, stage: int, pp: int, tp: int, ep: int, n_dense: int | None = None) -> dict[str, float]:
+    """Parameters one GPU of pipeline stage ``stage`` holds (tensor/expert shards).
+
+    Layers are placed in order and the first ``model.layers - model.moe_layers`` are dense
+    (DeepSeek-V3 layout); ``n_dense`` is how many of this stage's layers are dense.
+    """
     lp_d = layer_params(model, moe_layer=False)
     lp_m = layer_params(model, moe_layer=True) if model.moe else lp_d
-    n_dense = min(layers, max(0, dense_layers - _first_layer(model, stage, pp, layers)))
+    if n_dense is None:
+        n_dense = min(layers, max(0, (model.layers - model.moe_layers) - stage * layers))
     n_moe = layers - n_dense
     shard = lambda lp: lp["attention"] / tp + lp["mlp"] / tp + lp["norms"] + lp["router"]  # noqa: E731
     out = {"layers": n_dense * shard(lp_d) + n_moe * shard(lp_m), "experts": n_moe * lp_m["experts"] / (tp * ep)}
@@ -124,11 +127,6 @@ def stage_params(model: ModelSpec, layers: int, stage: int, pp: int, tp: int, ep
     else:
         out["output"] = 0.0
     return out
-
-
-def _first_layer(model: ModelSpec, stage: int, pp: int, layers: int) -> int:
-    # Even split assumption for locating dense layers; exact when layers_per_stage is even.
-    return stage * layers
 
 
 @dataclass(frozen=True)
