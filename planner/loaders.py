@@ -15,7 +15,7 @@ import yaml
 
 from planner.constants import LINK_DEFAULTS
 from planner.errors import InputError
-from planner.presets import preset_ids, read_preset
+from planner.presets import read_preset
 from planner.specs import (
     ClusterSpec,
     GpuSpec,

@@ -24,7 +24,7 @@ from planner.cost.result import Estimate
 from planner.errors import InputError
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
-__all__ = ["Estimate", "estimate", "check_parallel", "even_split", "default_flash"]
+__all__ = ["Estimate", "estimate", "check_parallel", "even_split", "default_flash", "layer_costs", "stage_time_parts", "stage_memory", "dense_counts"]
 
 
 def even_split(layers: int, pp: int) -> tuple[int, ...]:
@@ -144,6 +144,34 @@ def dense_counts(model: ModelSpec, lps: tuple) -> list[int]:
     return out
 
 
+def stage_memory(model: ModelSpec, job: Job, par: ParallelConfig, flash: bool, stage: int, n: int, params: dict, m: int) -> M.StageMemory:
+    """Bytes per GPU on pipeline stage ``stage`` holding ``n`` layers whose parameters are
+    ``params`` (from :func:`planner.cost.memory.stage_params`) with ``m`` micro-batches."""
+    mb, s, tp, cp, pp, v = par.micro_batch_size, job.seq_len, par.tp, par.cp, par.pp, par.vpp
+    sp = par.sequence_parallel and tp > 1
+    has_moe = model.moe is not None and model.moe_layers > 0
+    shard = par.zero_shard_degree or par.dp * par.cp
+    bpp = M.bytes_per_param(job.precision, par.zero, shard)
+    bpp_e = M.bytes_per_param(job.precision, par.zero, max(1, shard // par.ep))
+    a_layer = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, par.recompute, flash, has_moe)
+    a_full = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, "none", flash, has_moe) if par.recompute == "full" else 0.0
+    dense_p = params["layers"] + params["embedding"] + params["output"]
+    w = dense_p * bpp["weights"] + params["experts"] * bpp_e["weights"]
+    g = dense_p * bpp["gradients"] + params["experts"] * bpp_e["gradients"]
+    o = dense_p * bpp["optimizer"] + params["experts"] * bpp_e["optimizer"]
+    inflight = M.inflight_microbatches(stage, pp, v, m)
+    acts = a_layer * n * inflight + (a_full if n else 0.0)
+    if stage == 0:
+        u = 1.0 / tp if sp else 1.0
+        acts += mb * s / cp * model.hidden * 2 * u * inflight * (1.5 if model.bias else 1.0)  # embedding output (+ dropout mask)
+    logits = 6.0 * mb * s / cp * model.vocab / tp if stage == pp - 1 else 0.0  # 16-bit logits + fp32 softmax
+    buffers = M.framework_buffers_bytes()
+    if par.zero >= 3:
+        buffers += 2 * 2 * (params["layers"] + params["experts"]) / max(1, n)  # two gathered layers in 16-bit (prefetch)
+    reserve = C.ALLOCATOR_RESERVE_FRACTION * (w + g + o + acts + logits)
+    return M.StageMemory(stage, n, w, g, o, acts, logits, buffers, reserve)
+
+
 def estimate(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -164,14 +192,11 @@ def estimate(
     m = par.num_microbatches(job.global_batch_size)
     lps = par.layers_per_stage or even_split(model.layers, pp)
     links = group_links(cluster, par)
-    sp = par.sequence_parallel and tp > 1
     notes: list[str] = []
 
     costs = layer_costs(model, cluster, job, par, flash)
     raw = costs[4]
     t_tp, t_cp_f, t_a2a, t_p2p = raw["t_tp"], raw["t_cp"], raw["t_a2a"], raw["t_p2p"]
-    has_moe = model.moe is not None and model.moe_layers > 0
-    act_bytes = mb * s / cp * model.hidden * 2
     dense_layers = model.layers - model.moe_layers
     dcounts = dense_counts(model, tuple(lps))
     stage_parts = [stage_time_parts(costs, n, dcounts[i], i == pp - 1) for i, n in enumerate(lps)]
@@ -255,28 +280,7 @@ def estimate(
     hfu = executed / (step * n * peak16)
 
     # --- memory ---------------------------------------------------------------------------------
-    stages = []
-    u = 1.0 / tp if sp else 1.0
-    bpp = M.bytes_per_param(prec, par.zero, shard)
-    bpp_e = M.bytes_per_param(prec, par.zero, max(1, shard // par.ep))
-    a_layer = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, par.recompute, flash, has_moe)
-    a_full = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, "none", flash, has_moe) if par.recompute == "full" else 0.0
-    for i, n_i in enumerate(lps):
-        sp_i = stage_params[i]
-        dense_p = sp_i["layers"] + sp_i["embedding"] + sp_i["output"]
-        w = dense_p * bpp["weights"] + sp_i["experts"] * bpp_e["weights"]
-        g = dense_p * bpp["gradients"] + sp_i["experts"] * bpp_e["gradients"]
-        o = dense_p * bpp["optimizer"] + sp_i["experts"] * bpp_e["optimizer"]
-        inflight = M.inflight_microbatches(i, pp, v, m)
-        acts = a_layer * n_i * inflight + a_full
-        if i == 0:
-            acts += act_bytes * u * inflight * (1.5 if model.bias else 1.0)
-        logits = 6.0 * mb * s / cp * model.vocab / tp if i == pp - 1 else 0.0
-        buffers = M.framework_buffers_bytes()
-        if par.zero >= 3:
-            buffers += 2 * 2 * dense_p / max(1, n_i)  # two gathered layers in 16-bit (prefetch)
-        reserve = C.ALLOCATOR_RESERVE_FRACTION * (w + g + o + acts + logits)
-        stages.append(M.StageMemory(i, n_i, w, g, o, acts, logits, buffers, reserve))
+    stages = [stage_memory(model, job, par, flash, i, n_i, stage_params[i], m) for i, n_i in enumerate(lps)]
     peak_mem = max(st.total_bytes for st in stages)
     cap = gpu.memory_bytes
 
