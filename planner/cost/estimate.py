@@ -24,7 +24,7 @@ from planner.cost.result import Estimate
 from planner.errors import InputError
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
-__all__ = ["Estimate", "estimate", "check_parallel", "even_split", "default_flash", "layer_costs", "stage_time_parts", "stage_memory", "dense_counts"]
+__all__ = ["Estimate", "estimate", "check_parallel", "even_split", "default_flash", "layer_costs", "stage_time_parts", "stage_memory", "stage_sync", "dense_counts"]
 
 
 def even_split(layers: int, pp: int) -> tuple[int, ...]:
@@ -172,6 +172,43 @@ def stage_memory(model: ModelSpec, job: Job, par: ParallelConfig, flash: bool, s
     return M.StageMemory(stage, n, w, g, o, acts, logits, buffers, reserve)
 
 
+def stage_sync(cluster: ClusterSpec, job: Job, par: ParallelConfig, params: dict, n: int, stage_time_s: float, m: int, bwd_layer_s: float) -> dict:
+    """Once-per-step work of one stage: gradient synchronisation (total and exposed), ZeRO-3
+    gathers, and the optimizer step."""
+    links = group_links(cluster, par)
+    gpu = cluster.gpu
+    grad_b = 2.0 if job.precision == "fp16" else 4.0
+    shard = par.zero_shard_degree or par.dp * par.cp
+    dense_p = params["layers"] + params["embedding"] + params["output"]
+    exp_p = params["experts"]
+    t_dp = dp_collective_time(links["dp_cp"], dense_p * grad_b, dense_p * 2, min(par.zero, 2))
+    if exp_p:
+        exp_dp = max(1, par.dp * par.cp // par.ep)
+        el = group_links(cluster, ParallelConfig(tp=par.tp, cp=1, dp=exp_dp, pp=1))["dp"]
+        t_dp += dp_collective_time(el, exp_p * grad_b, exp_p * 2, min(par.zero, 2))
+    window = n * bwd_layer_s  # the last micro-batch's backward on this stage
+    eta = C.COMM_COMPUTE_OVERLAP_EFFICIENCY
+    exposed = t_dp - eta * min(t_dp, window) if par.overlap_grad_reduce else t_dp
+    zero3 = 0.0
+    if par.zero >= 3:
+        # Weights gathered per layer in forward, backward (and the recomputed forward), every
+        # micro-batch, gradients reduce-scattered per layer (Rajbhandari 2020 sec. 7.2.2). These
+        # per-module collectives run rank by rank through the rank's own NIC share (k = 1), not
+        # as one node-aggregated ring; prefetching overlaps them with compute at the shared
+        # overlap efficiency.
+        gathers = 3 if par.recompute == "full" else 2
+        z3 = _per_rank_links(links["dp_cp"])
+        layer_p = (dense_p + exp_p) / max(1, n)
+        t_g = z3.time("allgather", layer_p * 2)
+        t_rs = z3.time("reducescatter", layer_p * grad_b)
+        comm = n * (gathers * t_g + t_rs)
+        zero3 = m * (comm - eta * min(comm, stage_time_s)) + t_g
+        exposed = 0.0
+    held = (dense_p + exp_p) / (shard if par.zero >= 1 else 1)
+    opt = held * C.OPTIMIZER_BYTES_PER_PARAM / (gpu.hbm_bandwidth_bytes_per_s * C.HBM_STREAM_EFFICIENCY)
+    return {"dp_s": t_dp, "dp_exposed_s": exposed, "zero3_exposed_s": zero3, "optimizer_s": opt}
+
+
 def estimate(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -187,7 +224,7 @@ def estimate(
         check_parallel(model, cluster, job, par)
     gpu = cluster.gpu
     prec = job.precision
-    mb, s, tp, cp, pp, v = par.micro_batch_size, job.seq_len, par.tp, par.cp, par.pp, par.vpp
+    s, tp, pp, v = job.seq_len, par.tp, par.pp, par.vpp
     flash = flash_attention and gpu_generation(gpu) != "other"
     m = par.num_microbatches(job.global_batch_size)
     lps = par.layers_per_stage or even_split(model.layers, pp)
@@ -207,7 +244,6 @@ def estimate(
     bubble = t_pipe - m * t_max
 
     # --- data parallel, optimizer -------------------------------------------------------------
-    shard = par.zero_shard_degree or par.dp * par.cp
     grad_b = 2.0 if prec == "fp16" else 4.0
     # Stages with the same layer counts and role share every per-stage quantity below.
     keys = [(n, dcounts[i], i == 0, i == pp - 1) for i, n in enumerate(lps)]
@@ -226,35 +262,11 @@ def estimate(
         if (keys[i], stage_t[i]) in seen:
             continue
         seen.add((keys[i], stage_t[i]))
-        dense_p = sp_i["layers"] + sp_i["embedding"] + sp_i["output"]
-        exp_p = sp_i["experts"]
-        t_dp = dp_collective_time(links["dp_cp"], dense_p * grad_b, dense_p * 2, min(par.zero, 2))
-        if exp_p:
-            exp_dp = max(1, par.dp * par.cp // par.ep)
-            el = group_links(cluster, ParallelConfig(tp=tp, cp=1, dp=exp_dp, pp=1))["dp"]
-            t_dp += dp_collective_time(el, exp_p * grad_b, exp_p * 2, min(par.zero, 2))
-        window = lps[i] * raw["bwd_dense_s"]  # the last micro-batch's backward on this stage
-        eta = C.COMM_COMPUTE_OVERLAP_EFFICIENCY
-        exposed = t_dp - eta * min(t_dp, window) if par.overlap_grad_reduce else t_dp
-        if par.zero >= 3:
-            # Weights gathered per layer in forward, backward (and the recomputed forward),
-            # every micro-batch, gradients reduce-scattered per layer (Rajbhandari 2020 sec.
-            # 7.2.2). These per-module collectives run rank by rank through the rank's own
-            # NIC share (k = 1), not as one node-aggregated ring; prefetching overlaps them
-            # with compute at the shared overlap efficiency.
-            gathers = 3 if par.recompute == "full" else 2
-            z3 = _per_rank_links(links["dp_cp"])
-            layer_p = (dense_p + exp_p) / max(1, lps[i])
-            t_g = z3.time("allgather", layer_p * 2)
-            t_rs = z3.time("reducescatter", layer_p * grad_b)
-            per_mb_comm = lps[i] * (gathers * t_g + t_rs)
-            per_mb_comp = stage_t[i]
-            zero3_exposed = max(zero3_exposed, m * (per_mb_comm - eta * min(per_mb_comm, per_mb_comp)) + t_g)
-            exposed = 0.0
-        dp_exposed = max(dp_exposed, exposed)
-        dp_t_max = max(dp_t_max, t_dp)
-        held = (dense_p + exp_p) / (shard if par.zero >= 1 else 1)
-        opt_t = max(opt_t, held * C.OPTIMIZER_BYTES_PER_PARAM / (gpu.hbm_bandwidth_bytes_per_s * C.HBM_STREAM_EFFICIENCY))
+        sync = stage_sync(cluster, job, par, sp_i, lps[i], stage_t[i], m, raw["bwd_dense_s"])
+        dp_exposed = max(dp_exposed, sync["dp_exposed_s"])
+        zero3_exposed = max(zero3_exposed, sync["zero3_exposed_s"])
+        dp_t_max = max(dp_t_max, sync["dp_s"])
+        opt_t = max(opt_t, sync["optimizer_s"])
     emb_sync = 0.0
     if pp > 1 and model.tied_embeddings:
         emb_bytes = model.vocab * model.hidden / tp * grad_b
