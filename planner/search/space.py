@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
-__all__ = ["SearchOptions", "divisors", "candidates", "FIELDS"]
+__all__ = ["SearchOptions", "divisors", "candidates", "candidate_tuples", "to_parallel", "FIELDS"]
 
 FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "sequence_parallel", "zero", "schedule")
 
@@ -47,6 +47,17 @@ def _pick(fixed: dict, name: str, options):
 
 def candidates(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: SearchOptions):
     """Yield every ParallelConfig (even layer split) that satisfies the engines' rules."""
+    for t in candidate_tuples(model, cluster, job, opts):
+        yield to_parallel(t)
+
+
+def to_parallel(t: tuple) -> ParallelConfig:
+    tp, pp, dp, cp, ep, v, mb, rec, sp, z = t
+    return ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=v, micro_batch_size=mb, recompute=rec, sequence_parallel=sp, zero=z)
+
+
+def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: SearchOptions):
+    """Yield (tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, sequence_parallel, zero)."""
     n = cluster.num_gpus
     fx = opts.fixed
     dom = cluster.nvlink_domain
@@ -87,4 +98,4 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: SearchOpt
                 continue
             if z >= 2 and pp > 1:
                 continue  # Megatron/DeepSpeed pipelines accept ZeRO 0-1 only
-            yield ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=v, micro_batch_size=mb, recompute=rec, sequence_parallel=sp, zero=z)
+            yield (tp, pp, dp, cp, ep, v, mb, rec, sp, z)

@@ -1,0 +1,179 @@
+"""The split of layers over pipeline stages, decided by a mixed-integer program.
+
+For a fixed (tp, pp, dp, cp, vpp, micro-batch, recompute, ...), every per-stage quantity of
+the cost model is affine in the stage's layer count n_i (time per micro-batch, gradient
+synchronisation, optimizer step, memory), with an intercept that differs on the first
+stage (embedding) and the last (output layer, loss). The step time of
+:func:`planner.cost.estimate.estimate` is then
+
+    m T + (sum_i t_i - T) / v + D + O + const,   T >= t_i,  D >= dp_i,  O >= opt_i
+
+with dp_i = max((1 - eta) s_i, s_i - eta w_i) (the overlap rule of stage_sync), so the split
+that minimises it under the per-stage memory limit is the integer program
+
+    min  (m - 1/v) T + (1/v) sum_i t_i + D + O
+    s.t. t_i = a_i n_i + e_i,  n_i = v k_i,  k_i >= 1 integer,  sum_i n_i = L,
+         T >= t_i,  D >= dp_i(n_i),  O >= opt_i(n_i),  mem_i(n_i) <= capacity.
+
+It is solved with HiGHS through PuLP (CBC when HiGHS is unavailable).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from planner import constants as C
+from planner.cost import memory as M
+from planner.cost.estimate import layer_costs, stage_memory, stage_sync, stage_time_parts
+from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
+
+__all__ = ["StageAffine", "stage_affine", "optimal_split", "split_objective", "solver_name"]
+
+
+@dataclass(frozen=True)
+class StageAffine:
+    """value(n) = slope * n + intercept, per stage, for each quantity."""
+
+    time: tuple[tuple[float, float], ...]
+    dp: tuple[tuple[float, float, float, float], ...]  # (s slope, s intercept, w slope, w intercept)
+    opt: tuple[tuple[float, float], ...]
+    mem: tuple[tuple[float, float], ...]
+
+
+def _n_dense(model: ModelSpec, stage: int, n: int) -> int:
+    dense = model.layers - model.moe_layers
+    if model.moe is None:
+        return n
+    return min(n, dense) if stage == 0 else 0
+
+
+def stage_affine(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, flash: bool) -> StageAffine:
+    """Affine coefficients of each stage's quantities in its layer count (two-point fit)."""
+    pp, v = par.pp, par.vpp
+    m = par.num_microbatches(job.global_batch_size)
+    costs = layer_costs(model, cluster, job, par, flash)
+    bwd = costs[4]["bwd_dense_s"]
+    times, dps, opts, mems = [], [], [], []
+    for i in range(pp):
+        pts = []
+        for n in (v, 2 * v):
+            nd = _n_dense(model, i, n)
+            t = sum(stage_time_parts(costs, n, nd, i == pp - 1).values())
+            params = M.stage_params(model, n, i, pp, par.tp, par.ep, n_dense=nd)
+            sync = stage_sync(cluster, job, par, params, n, t, m, bwd)
+            mem = stage_memory(model, job, par, flash, i, n, params, m).total_bytes
+            pts.append((t, sync["dp_s"], n * bwd, sync["optimizer_s"], mem))
+        (t1, s1, w1, o1, m1), (t2, s2, w2, o2, m2) = pts
+        slope = lambda a, b: (b - a) / v  # noqa: E731
+        times.append((slope(t1, t2), t1 - slope(t1, t2) * v))
+        dps.append((slope(s1, s2), s1 - slope(s1, s2) * v, slope(w1, w2), w1 - slope(w1, w2) * v))
+        opts.append((slope(o1, o2), o1 - slope(o1, o2) * v))
+        mems.append((slope(m1, m2), m1 - slope(m1, m2) * v))
+    return StageAffine(tuple(times), tuple(dps), tuple(opts), tuple(mems))
+
+
+def split_objective(aff: StageAffine, split: tuple[int, ...], m: int, v: int, overlap: bool = True) -> float:
+    """The program's objective for one split (the split-dependent part of the step time)."""
+    eta = C.COMM_COMPUTE_OVERLAP_EFFICIENCY
+    t = [a * n + b for (a, b), n in zip(aff.time, split)]
+    dp = []
+    for (sa, sb, wa, wb), n in zip(aff.dp, split):
+        s_ = sa * n + sb
+        w_ = wa * n + wb
+        dp.append(max((1 - eta) * s_, s_ - eta * w_) if overlap else s_)
+    opt = [a * n + b for (a, b), n in zip(aff.opt, split)]
+    return m * max(t) + (sum(t) - max(t)) / v + max(dp) + max(opt)
+
+
+def split_fits(aff: StageAffine, split: tuple[int, ...], capacity: float) -> bool:
+    return all(a * n + b <= capacity for (a, b), n in zip(aff.mem, split))
+
+
+__all__.append("split_fits")
+
+_SOLVER: list = []
+
+
+@contextmanager
+def _quiet():
+    """Silence the solver's banner (highspy prints it on stdout at construction)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(devnull)
+        os.close(saved)
+
+
+def solver_name() -> str:
+    return _solver()[1]
+
+
+def _solver():
+    if not _SOLVER:
+        import pulp  # noqa: PLC0415  (lazy: pulp costs ~0.2 s to import)
+
+        try:
+            s = pulp.HiGHS(msg=False)
+            if not s.available():
+                raise RuntimeError
+            _SOLVER.append((s, "highs"))
+        except Exception:  # noqa: BLE001 - any failure to load HiGHS falls back to CBC
+            _SOLVER.append((pulp.PULP_CBC_CMD(msg=False), "cbc"))
+    return _SOLVER[0]
+
+
+def optimal_split(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: Job,
+    par: ParallelConfig,
+    flash: bool,
+    capacity_bytes: float,
+    aff: StageAffine | None = None,
+) -> tuple[int, ...] | None:
+    """The layer split minimising the step time under memory, or None if no split fits."""
+    import pulp  # noqa: PLC0415
+
+    pp, v, L = par.pp, par.vpp, model.layers
+    if pp == 1:
+        return (L,)
+    if L % v or L < pp * v:
+        return None
+    aff = aff or stage_affine(model, cluster, job, par, flash)
+    m = par.num_microbatches(job.global_batch_size)
+    eta = C.COMM_COMPUTE_OVERLAP_EFFICIENCY
+    # Scale to milliseconds and GiB so that HiGHS sees coefficients near 1.
+    ts, ms = 1e3, 1.0 / 2**30
+    prob = pulp.LpProblem("layer_split", pulp.LpMinimize)
+    k = [pulp.LpVariable(f"k{i}", lowBound=1, upBound=L // v, cat="Integer") for i in range(pp)]
+    T = pulp.LpVariable("T")
+    D = pulp.LpVariable("D", lowBound=0)
+    O = pulp.LpVariable("O", lowBound=0)  # noqa: E741
+    t = [ts * (aff.time[i][0] * v * k[i] + aff.time[i][1]) for i in range(pp)]
+    prob += (m - 1.0 / v) * T + (1.0 / v) * pulp.lpSum(t) + D + O
+    prob += pulp.lpSum(k) * v == L
+    for i in range(pp):
+        prob += T >= t[i]
+        sa, sb, wa, wb = aff.dp[i]
+        s_i = ts * (sa * v * k[i] + sb)
+        if par.overlap_grad_reduce:
+            prob += D >= (1 - eta) * s_i
+            prob += D >= s_i - eta * ts * (wa * v * k[i] + wb)
+        else:
+            prob += D >= s_i
+        prob += O >= ts * (aff.opt[i][0] * v * k[i] + aff.opt[i][1])
+        prob += ms * (aff.mem[i][0] * v * k[i] + aff.mem[i][1]) <= ms * capacity_bytes
+    with _quiet():
+        status = prob.solve(_solver()[0])
+    if pulp.LpStatus[status] != "Optimal":
+        return None
+    return tuple(int(round(x.value())) * v for x in k)
