@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.cost.estimate import Estimate, estimate
-from planner.errors import InputError
+from planner.errors import NoFeasiblePlan
 from planner.loaders import Run
-from planner.search.space import SearchOptions, candidates
+from planner.search.plan import plan
+from planner.search.space import SearchOptions
 from planner.specs import ParallelConfig
 
 __all__ = ["RunResult", "fill_and_predict", "validate_runs", "summary", "fixed_fields"]
@@ -62,32 +63,29 @@ def fixed_fields(parallel: dict) -> dict:
 
 
 def fill_and_predict(run: Run, opts: SearchOptions | None = None) -> RunResult:
-    """Fill the run's unknown parallel fields with the best feasible choice and predict it."""
+    """Fill the run's unknown parallel fields with the best feasible choice and predict it.
+
+    The fill is the planner's own search (:func:`planner.search.plan.plan`) with the run's
+    known fields fixed; when nothing fits, the nearest miss is reported.
+    """
     fixed = fixed_fields(run.parallel)
     base = opts or SearchOptions()
     opts = SearchOptions(fixed=fixed, allow_tp_across_nodes=True, max_micro_batch=base.max_micro_batch,
-                         flash_attention=base.flash_attention)
-    best: tuple[float, Estimate, ParallelConfig] | None = None
-    nearest: tuple[float, Estimate, ParallelConfig] | None = None
-    for par in candidates(run.model, run.cluster, run.job, opts):
-        if run.parallel.get("layers_per_stage"):
-            par = ParallelConfig(**{**par.__dict__, "layers_per_stage": tuple(run.parallel["layers_per_stage"])})
-        try:
-            est = estimate(run.model, run.cluster, run.job, par, flash_attention=opts.flash_attention)
-        except InputError:
-            continue
-        key = (est.step_time_s, est, par)
-        if est.fits:
-            if best is None or est.step_time_s < best[0]:
-                best = key
-        elif nearest is None or est.memory_peak_bytes < nearest[1].memory_peak_bytes:
-            nearest = key
-    chosen = best or nearest
-    if chosen is None:
-        raise InputError(f"runs[{run.id}].parallel", fixed, "a configuration the engines accept (degrees multiplying to the GPU count, heads divisible by tp)")
+                         flash_attention=base.flash_attention, uneven_split=base.uneven_split and not run.parallel.get("layers_per_stage"))
+    try:
+        best = plan(run.model, run.cluster, run.job, top_k=1, options=opts).plans[0]
+        par, est = best.parallel, best.estimate
+    except NoFeasiblePlan as exc:
+        if exc.nearest is None:
+            raise
+        par = exc.nearest
+        est = estimate(run.model, run.cluster, run.job, par, flash_attention=opts.flash_attention)
+    if run.parallel.get("layers_per_stage"):
+        par = ParallelConfig(**{**par.__dict__, "layers_per_stage": tuple(run.parallel["layers_per_stage"])})
+        est = estimate(run.model, run.cluster, run.job, par, flash_attention=opts.flash_attention)
     filled = tuple(sorted(f for f in _MAP if f not in fixed))
     meas = (run.measured or {}).get("step_time_s")
-    return RunResult(run.id, chosen[2], filled, chosen[1], meas)
+    return RunResult(run.id, par, filled, est, meas)
 
 
 def validate_runs(runs: list[Run], opts: SearchOptions | None = None) -> list[RunResult]:

@@ -5,4 +5,7 @@ from planner.cli.app import app, main  # noqa: F401
 
 # Command modules (one line each; keep sorted).
 from planner.cli import collective  # noqa: F401
+from planner.cli import launch  # noqa: F401
 from planner.cli import ps  # noqa: F401
+from planner.cli import estimate  # noqa: F401,E402
+from planner.cli import plan  # noqa: F401,E402

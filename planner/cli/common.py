@@ -1,0 +1,136 @@
+"""Shared CLI plumbing: turning flags or a scenario into specs, and the plan JSON document."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+
+from planner import __version__
+from planner.errors import InputError
+from planner.loaders import load_cluster, load_model, make_cluster, read_mapping, run_from_dict
+from planner.specs import ClusterSpec, Job, ModelSpec
+
+__all__ = ["Setup", "setup_from_flags", "setup_from_scenario", "fixed_from_flags", "plan_document", "emit_json", "DEFAULTS"]
+
+# The built-in example: Llama 3.1 70B on 64 H100 (8 DGX H100 nodes, 8 x 400 Gb/s NDR each),
+# 8K sequence, 2M-token global batch.
+DEFAULTS = {"model": "llama3.1-70b", "gpu": "h100-sxm5-80gb", "gpus": 64, "seq_len": 8192, "global_batch_size": 256, "precision": "bf16"}
+
+
+@dataclass
+class Setup:
+    model: ModelSpec
+    cluster: ClusterSpec
+    job: Job
+    fixed: dict
+    model_id: str
+    gpu_id: str
+    flash: bool | None = None
+
+
+def fixed_from_flags(**kw) -> dict:
+    """Non-None parallel flags become fixed constraints (names as in ParallelConfig)."""
+    fixed = {k: v for k, v in kw.items() if v is not None}
+    if "recompute" in fixed and fixed["recompute"] not in ("none", "selective", "full"):
+        raise InputError("--recompute", fixed["recompute"], "none, selective or full")
+    if "zero" in fixed and fixed["zero"] not in (0, 1, 2, 3):
+        raise InputError("--zero", fixed["zero"], "0, 1, 2 or 3")
+    for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size"):
+        if k in fixed and fixed[k] < 1:
+            raise InputError(f"--{k.replace('_', '-')}", fixed[k], "a positive integer")
+    return fixed
+
+
+def _attention(flag: str | None) -> bool | None:
+    if flag is None or flag == "auto":
+        return None
+    if flag not in ("flash", "unfused"):
+        raise InputError("--attention", flag, "flash, unfused or auto")
+    return flag == "flash"
+
+
+def setup_from_flags(
+    model: str | None, gpu: str | None, gpus: int | None, gpus_per_node: int | None, cluster: str | None,
+    nic_gbps: float | None, nics_per_node: int | None, network: str | None,
+    seq_len: int | None, global_batch_size: int | None, precision: str | None, attention: str | None, fixed: dict,
+) -> Setup:
+    model_id = model or DEFAULTS["model"]
+    m = load_model(model_id)
+    if gpus is not None and gpus < 1:
+        raise InputError("--gpus", gpus, "a positive integer")
+    if cluster:
+        c = load_cluster(cluster, num_gpus=gpus)
+        gpu_id = c.gpu.id
+        if gpu and gpu != gpu_id:
+            raise InputError("--gpu", gpu, f"the cluster's GPU ({gpu_id}) or nothing when --cluster is given")
+    else:
+        gpu_id = gpu or DEFAULTS["gpu"]
+        inter = None
+        if nic_gbps is not None or nics_per_node is not None or network is not None:
+            inter = {"kind": network or "infiniband", "gbps_per_nic": nic_gbps or 400, "nics_per_node": nics_per_node or 8}
+        c = make_cluster(gpu_id, gpus or DEFAULTS["gpus"], gpus_per_node, inter)
+    job = Job(seq_len or DEFAULTS["seq_len"], global_batch_size or DEFAULTS["global_batch_size"], precision or DEFAULTS["precision"])
+    return Setup(m, c, job, fixed, model_id, gpu_id, _attention(attention))
+
+
+def setup_from_scenario(path: str, run_id: str | None, attention: str | None = None) -> Setup:
+    data = read_mapping(path)
+    runs = data.get("runs") if isinstance(data.get("runs"), list) else [data]
+    if run_id is None:
+        if len(runs) != 1:
+            raise InputError("--id", None, f"one of the {len(runs)} run ids in {path}")
+        raw = runs[0]
+    else:
+        matches = [r for r in runs if isinstance(r, dict) and r.get("id") == run_id]
+        if not matches:
+            ids = [r.get("id") for r in runs if isinstance(r, dict)]
+            from planner.presets import suggest  # noqa: PLC0415
+
+            hint = suggest(run_id, [str(i) for i in ids])
+            raise InputError("--id", run_id, f"a run id in {path}" + (f" ({hint})" if hint else ""))
+        raw = matches[0]
+    run = run_from_dict(raw, f"runs[{run_id}]")
+    from planner.validate import fixed_fields  # noqa: PLC0415
+
+    return Setup(run.model, run.cluster, run.job, fixed_fields(run.parallel), raw["model"].get("name", run.id), run.cluster.gpu.id, _attention(attention))
+
+
+def plan_document(setup: Setup, plans: list, search: dict | None) -> dict:
+    """The ``planner-plan/1`` document (``plan --json``), read back by ``launch`` and ``timeline``."""
+    m, c, j = setup.model, setup.cluster, setup.job
+    model = {
+        "id": setup.model_id, "name": m.name, "layers": m.layers, "hidden": m.hidden, "heads": m.heads,
+        "kv_heads": m.kv_heads, "ffn_hidden": m.ffn_hidden, "vocab": m.vocab, "mlp": m.mlp,
+        "tied_embeddings": m.tied_embeddings, "head_dim": m.head_dim, "bias": m.bias, "norm": m.norm,
+        "moe": None if m.moe is None else {"experts": m.moe.experts, "top_k": m.moe.top_k, "expert_ffn_hidden": m.moe.expert_ffn_hidden, "shared_experts": m.moe.shared_experts, "dense_layers": m.moe.dense_layers},
+        "q_lora_rank": m.q_lora_rank, "kv_lora_rank": m.kv_lora_rank, "qk_rope_head_dim": m.qk_rope_head_dim, "v_head_dim": m.v_head_dim,
+    }
+    hardware = {
+        "gpu": c.gpu.id, "num_gpus": c.num_gpus, "gpus_per_node": c.gpus_per_node, "num_nodes": c.num_nodes,
+        "nvlink_domain": c.nvlink_domain, "memory_bytes_per_gpu": c.gpu.memory_bytes,
+        "inter_node": {"kind": c.inter.kind, "gbps_per_nic": c.inter.gbps_per_nic, "nics_per_node": c.inter.nics_per_node},
+    }
+    doc = {
+        "schema": "planner-plan/1",
+        "planner_version": __version__,
+        "model": model,
+        "job": {"seq_len": j.seq_len, "global_batch_size": j.global_batch_size, "precision": j.precision},
+        "hardware": hardware,
+        "constraints": setup.fixed,
+        "plans": [p.as_dict() for p in plans],
+    }
+    if search is not None:
+        doc["search"] = search
+    return doc
+
+
+def emit_json(doc: dict) -> None:
+    json.dump(doc, sys.stdout, indent=2, default=_json_default)
+    sys.stdout.write("\n")
+
+
+def _json_default(o):
+    if isinstance(o, tuple):
+        return list(o)
+    raise TypeError(type(o).__name__)

@@ -1,0 +1,39 @@
+"""Typer option types shared by ``estimate`` and ``plan`` (declared once)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+__all__ = [
+    "ModelOpt", "GpuOpt", "GpusOpt", "GpnOpt", "ClusterOpt", "NicOpt", "NicsOpt", "NetOpt", "SeqOpt", "GbsOpt",
+    "PrecOpt", "AttnOpt", "TpOpt", "PpOpt", "DpOpt", "CpOpt", "EpOpt", "VppOpt", "MbOpt", "RecOpt", "SpOpt",
+    "ZeroOpt", "ScenarioOpt", "IdOpt", "JsonOpt",
+]
+
+ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="Model preset id, a YAML model file, or a Hugging Face config.json.")]
+GpuOpt = Annotated[Optional[str], typer.Option("--gpu", help="GPU preset id (planner hw list).")]
+GpusOpt = Annotated[Optional[int], typer.Option("--gpus", "-n", help="Total number of GPUs.")]
+GpnOpt = Annotated[Optional[int], typer.Option("--gpus-per-node", help="GPUs per node (default: the GPU preset's).")]
+ClusterOpt = Annotated[Optional[str], typer.Option("--cluster", help="Cluster preset id or YAML file (replaces --gpu/--nic-*).")]
+NicOpt = Annotated[Optional[float], typer.Option("--nic-gbps", help="Gb/s per NIC between nodes (default 400).")]
+NicsOpt = Annotated[Optional[int], typer.Option("--nics-per-node", help="NICs per node (default 8).")]
+NetOpt = Annotated[Optional[str], typer.Option("--network", help="infiniband | roce | ethernet | omnipath.")]
+SeqOpt = Annotated[Optional[int], typer.Option("--seq-len", "-s", help="Sequence length in tokens.")]
+GbsOpt = Annotated[Optional[int], typer.Option("--global-batch-size", "-b", help="Sequences per optimizer step.")]
+PrecOpt = Annotated[Optional[str], typer.Option("--precision", help="bf16 | fp16 | fp8.")]
+AttnOpt = Annotated[Optional[str], typer.Option("--attention", help="flash | unfused | auto (auto: flash unless fp16).")]
+TpOpt = Annotated[Optional[int], typer.Option("--tp", help="Tensor-parallel degree.")]
+PpOpt = Annotated[Optional[int], typer.Option("--pp", help="Pipeline-parallel degree.")]
+DpOpt = Annotated[Optional[int], typer.Option("--dp", help="Data-parallel degree.")]
+CpOpt = Annotated[Optional[int], typer.Option("--cp", help="Context-parallel degree.")]
+EpOpt = Annotated[Optional[int], typer.Option("--ep", help="Expert-parallel degree (MoE).")]
+VppOpt = Annotated[Optional[int], typer.Option("--vpp", help="Virtual pipeline stages per rank (interleaved 1F1B).")]
+MbOpt = Annotated[Optional[int], typer.Option("--micro-batch-size", "--mb", help="Micro-batch size in sequences.")]
+RecOpt = Annotated[Optional[str], typer.Option("--recompute", help="none | selective | full.")]
+SpOpt = Annotated[Optional[bool], typer.Option("--sequence-parallel/--no-sequence-parallel", help="Megatron sequence parallelism.")]
+ZeroOpt = Annotated[Optional[int], typer.Option("--zero", help="0 none, 1 optimizer (distributed optimizer), 2 +gradients, 3 +weights.")]
+ScenarioOpt = Annotated[Optional[str], typer.Option("--scenario", help="A runs/scenario file (schema planner-runs/1).")]
+IdOpt = Annotated[Optional[str], typer.Option("--id", help="Run id inside --scenario.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]

@@ -1,0 +1,73 @@
+"""``planner plan``: search the plans and rank them."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from planner.cli import options as O
+from planner.cli.app import app
+from planner.cli.common import emit_json, fixed_from_flags, plan_document, setup_from_flags, setup_from_scenario
+from planner.report.tables import console, plans_table
+
+__all__ = ["plan_cmd"]
+
+
+@app.command("plan")
+def plan_cmd(
+    model: O.ModelOpt = None, gpu: O.GpuOpt = None, gpus: O.GpusOpt = None, gpus_per_node: O.GpnOpt = None,
+    cluster: O.ClusterOpt = None, nic_gbps: O.NicOpt = None, nics_per_node: O.NicsOpt = None, network: O.NetOpt = None,
+    seq_len: O.SeqOpt = None, global_batch_size: O.GbsOpt = None, precision: O.PrecOpt = None, attention: O.AttnOpt = None,
+    tp: O.TpOpt = None, pp: O.PpOpt = None, dp: O.DpOpt = None, cp: O.CpOpt = None, ep: O.EpOpt = None, vpp: O.VppOpt = None,
+    micro_batch_size: O.MbOpt = None, recompute: O.RecOpt = None, sequence_parallel: O.SpOpt = None, zero: O.ZeroOpt = None,
+    scenario: O.ScenarioOpt = None, id: O.IdOpt = None, json: O.JsonOpt = False,
+    top: Annotated[int, typer.Option("--top", "-k", help="How many plans to return.")] = 10,
+    allow_tp_across_nodes: Annotated[bool, typer.Option("--allow-tp-across-nodes", help="Let tensor parallelism leave the NVLink domain.")] = False,
+    emit: Annotated[Optional[str], typer.Option("--emit", help="Also write launch files: megatron | deepspeed | torchtitan | slurm | all.")] = None,
+    out: Annotated[Optional[str], typer.Option("--out", help="Folder for --emit files.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite existing files.")] = False,
+) -> None:
+    """Search parallel plans (tp, pp, dp, cp, micro-batch, interleaving, recompute, ZeRO, layer split) and rank them.
+
+    With no arguments: Llama 3.1 70B on 64 H100, 8K sequence, 256 x 8K tokens per step.
+
+    Examples:
+      planner plan
+      planner plan --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 -s 2048 -b 1536 --top 5
+      planner plan --scenario runs.json --id my-run --json > plan.json
+      planner plan --model llama3.1-8b --gpus 8 --emit all --out launch/
+    """
+    from planner.search.plan import plan  # noqa: PLC0415
+    from planner.search.space import SearchOptions  # noqa: PLC0415
+
+    fixed = fixed_from_flags(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch_size=micro_batch_size,
+                             recompute=recompute, sequence_parallel=sequence_parallel, zero=zero)
+    if scenario:
+        setup = setup_from_scenario(scenario, id, attention)
+        setup.fixed.update(fixed)
+    else:
+        setup = setup_from_flags(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network,
+                                 seq_len, global_batch_size, precision, attention, fixed)
+    opts = SearchOptions(fixed=setup.fixed, allow_tp_across_nodes=allow_tp_across_nodes, flash_attention=setup.flash)
+    result = plan(setup.model, setup.cluster, setup.job, top_k=top, options=opts)
+    doc = plan_document(setup, result.plans, result.search_dict())
+    if emit:
+        if not out:
+            from planner.errors import InputError  # noqa: PLC0415
+
+            raise InputError("--out", None, "a folder for the --emit files")
+        from planner.emit import emit_files, write_files  # noqa: PLC0415
+
+        written = write_files(emit_files(doc, emit, rank=1), out, force=force)
+        if not json:
+            console().print("wrote " + ", ".join(str(w) for w in written))
+    if json:
+        emit_json(doc)
+        return
+    c, j = setup.cluster, setup.job
+    title = (f"{setup.model.name} on {c.num_gpus} x {c.gpu.id} ({c.num_nodes} nodes), seq {j.seq_len}, "
+             f"batch {j.global_batch_size}, {j.precision}")
+    con = console()
+    con.print(plans_table(result.plans, title))
+    con.print(f"{result.candidates} candidates, {result.evaluated} evaluated exactly, solver {result.solver}, {result.seconds:.2f} s")
