@@ -1,0 +1,332 @@
+"""Shared pieces of the launch-config emitters: the validated plan view, provenance headers,
+torchrun command rendering and all-or-nothing file writes.
+
+The input is one plan document as written by ``planner plan --json`` (schema
+``planner-plan/1``); :func:`load_plan_view` picks one ranked plan out of it and checks the
+rules every engine shares (world size, batch arithmetic, head/layer divisibility). Engine
+modules add their own rules. Option names and rules follow
+``shared/reference/launch_formats.md`` (sections cited where used).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import shlex
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from planner.errors import InputError
+from planner.specs import Job, ModelSpec, MoESpec, ParallelConfig
+
+__all__ = [
+    "PLAN_SCHEMA",
+    "PLANNER_VERSION",
+    "PlanView",
+    "LaunchSpec",
+    "load_plan_view",
+    "provenance_lines",
+    "comment",
+    "render_torchrun",
+    "write_files",
+]
+
+PLAN_SCHEMA = "planner-plan/1"
+try:
+    PLANNER_VERSION = importlib.metadata.version("planner")
+except importlib.metadata.PackageNotFoundError:  # running from a source tree
+    PLANNER_VERSION = "0.1.0"
+
+_EXECUTABLE_SUFFIXES = (".sh", ".sbatch")
+
+
+def _get(d: object, key: str, where: str) -> object:
+    if not isinstance(d, dict):
+        raise InputError(where, type(d).__name__, "an object")
+    if key not in d:
+        raise InputError(f"{where}.{key}", None, "a value (key missing from the plan document)")
+    return d[key]
+
+
+@dataclass(frozen=True)
+class PlanView:
+    """One ranked plan of a plan document, validated, in SI units."""
+
+    doc: dict
+    rank: int
+    model_id: str
+    model: ModelSpec
+    job: Job
+    parallel: ParallelConfig
+    num_microbatches: int
+    num_gpus: int
+    gpus_per_node: int
+    num_nodes: int
+    gpu: str
+    predicted: dict = field(default_factory=dict)
+
+    @property
+    def world(self) -> int:
+        return self.parallel.world
+
+    @property
+    def stage_layers(self) -> tuple[int, ...]:
+        """Transformer layers per pipeline stage (explicit split, or the even split)."""
+        p = self.parallel
+        if p.layers_per_stage is not None:
+            return tuple(p.layers_per_stage)
+        return (self.model.layers // p.pp,) * p.pp
+
+    @property
+    def uneven(self) -> bool:
+        return len(set(self.stage_layers)) > 1
+
+    def chunk_layers(self) -> list[list[int]]:
+        """Layer indices of each model chunk, chunk ``v * pp + r`` living on pipeline rank ``r``.
+
+        This is Megatron-core's interleaved assignment (virtual stage v of rank r holds chunk
+        v*pp + r) and torchtitan's "loop" stage placement; each stage's layers are cut into
+        ``vpp`` equal chunks, which needs every stage's count divisible by vpp.
+        """
+        p = self.parallel
+        per_stage = self.stage_layers
+        for r, n in enumerate(per_stage):
+            if n % p.vpp:
+                raise InputError(f"parallel.layers_per_stage[{r}]", n, f"a multiple of vpp ({p.vpp})")
+        # Layers are numbered in model order: chunk 0 (rank 0), chunk 1 (rank 1), ...
+        sizes = [per_stage[k % p.pp] // p.vpp for k in range(p.pp * p.vpp)]
+        chunks, start = [], 0
+        for size in sizes:
+            chunks.append(list(range(start, start + size)))
+            start += size
+        return chunks
+
+    def degrees_text(self) -> str:
+        p = self.parallel
+        lps = list(p.layers_per_stage) if p.layers_per_stage else "even"
+        return (
+            f"tp={p.tp} pp={p.pp} dp={p.dp} cp={p.cp} ep={p.ep} vpp={p.vpp} "
+            f"micro_batch={p.micro_batch_size} microbatches={self.num_microbatches} "
+            f"global_batch={self.job.global_batch_size} seq_len={self.job.seq_len} "
+            f"zero={p.zero} recompute={p.recompute} sequence_parallel={str(p.sequence_parallel).lower()} "
+            f"schedule={p.schedule} layers_per_stage={lps} precision={self.job.precision}"
+        )
+
+    def predicted_text(self) -> str:
+        pr = self.predicted
+        parts = []
+        if isinstance(pr.get("step_time_s"), (int, float)):
+            parts.append(f"step time {pr['step_time_s']:.3f} s")
+        if isinstance(pr.get("tokens_per_s"), (int, float)):
+            parts.append(f"{pr['tokens_per_s']:.4g} tokens/s")
+        if isinstance(pr.get("mfu"), (int, float)):
+            parts.append(f"MFU {100 * pr['mfu']:.1f}%")
+        if isinstance(pr.get("memory_peak_bytes"), (int, float)):
+            mem = f"peak memory {pr['memory_peak_bytes'] / 1e9:.1f} GB/GPU"
+            if isinstance(pr.get("memory_capacity_bytes"), (int, float)):
+                mem += f" of {pr['memory_capacity_bytes'] / 1e9:.1f} GB"
+            parts.append(mem)
+        return ", ".join(parts) if parts else "no prediction recorded in the plan"
+
+
+def _model_from(doc_model: dict) -> tuple[str, ModelSpec]:
+    if not isinstance(doc_model, dict):
+        raise InputError("model", doc_model, "an object")
+    moe = doc_model.get("moe")
+    moe_spec = None
+    if moe is not None:
+        if not isinstance(moe, dict):
+            raise InputError("model.moe", moe, "an object or null")
+        keys = ("experts", "top_k", "expert_ffn_hidden", "shared_experts", "dense_layers")
+        moe_spec = MoESpec(**{k: moe[k] for k in keys if k in moe})
+    kwargs = {k: _get(doc_model, k, "model") for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab")}
+    for k in ("mlp", "tied_embeddings", "head_dim", "bias", "norm"):
+        if doc_model.get(k) is not None:
+            kwargs[k] = doc_model[k]
+    model_id = str(doc_model.get("id") or doc_model.get("name") or "model")
+    return model_id, ModelSpec(name=str(doc_model.get("name") or model_id), moe=moe_spec, **kwargs)
+
+
+def load_plan_view(plan_doc: dict, rank: int = 1) -> PlanView:
+    """Validate ``plan_doc`` and return the plan ranked ``rank``; raises InputError on bad input."""
+    if not isinstance(plan_doc, dict):
+        raise InputError("plan", type(plan_doc).__name__, "a plan document (JSON object)")
+    schema = plan_doc.get("schema")
+    if schema != PLAN_SCHEMA:
+        raise InputError("plan.schema", schema, f"{PLAN_SCHEMA!r} (a document written by `planner plan --json`)")
+    plans = _get(plan_doc, "plans", "plan")
+    if not isinstance(plans, list) or not plans:
+        raise InputError("plan.plans", plans, "a non-empty list of ranked plans")
+    ranks = [p.get("rank") for p in plans if isinstance(p, dict)]
+    chosen = next((p for p in plans if isinstance(p, dict) and p.get("rank") == rank), None)
+    if chosen is None:
+        raise InputError("plan_rank", rank, f"one of the ranks in the document {ranks}")
+    model_id, model = _model_from(_get(plan_doc, "model", "plan"))
+    j = _get(plan_doc, "job", "plan")
+    job = Job(seq_len=_get(j, "seq_len", "job"), global_batch_size=_get(j, "global_batch_size", "job"),
+              precision=j.get("precision", "bf16"))
+    par = _get(chosen, "parallel", f"plans[rank={rank}]")
+    keys = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "sequence_parallel", "zero", "schedule")
+    pkw = {k: par[k] for k in keys if isinstance(par, dict) and par.get(k) is not None}
+    lps = par.get("layers_per_stage") if isinstance(par, dict) else None
+    parallel = ParallelConfig(layers_per_stage=tuple(lps) if lps is not None else None, **pkw)
+    hw = _get(plan_doc, "hardware", "plan")
+    num_gpus = _get(hw, "num_gpus", "hardware")
+    gpn = hw.get("gpus_per_node", 8)
+    for name, v in (("hardware.num_gpus", num_gpus), ("hardware.gpus_per_node", gpn)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise InputError(name, v, "a positive integer")
+    num_nodes = hw.get("num_nodes") or max(1, -(-num_gpus // gpn))
+    if num_gpus > gpn and num_gpus != num_nodes * gpn:
+        raise InputError("hardware.num_gpus", num_gpus, f"num_nodes x gpus_per_node ({num_nodes} x {gpn})")
+    if num_gpus < gpn:
+        gpn = num_gpus  # a partial node: torchrun starts num_gpus workers
+    m_default = parallel.num_microbatches(job.global_batch_size)
+    num_mb = par.get("num_microbatches", m_default) if isinstance(par, dict) else m_default
+    view = PlanView(
+        doc=plan_doc, rank=rank, model_id=model_id, model=model, job=job, parallel=parallel,
+        num_microbatches=num_mb, num_gpus=num_gpus, gpus_per_node=gpn, num_nodes=num_nodes,
+        gpu=str(hw.get("gpu", "gpu")), predicted=dict(chosen.get("predicted") or {}),
+    )
+    _check_common(view)
+    return view
+
+
+def _check_common(v: PlanView) -> None:
+    """Rules all engines share (launch_formats.md sec. 2.2, 3.1, 4.2, 10)."""
+    p, m, j = v.parallel, v.model, v.job
+    if p.world != v.num_gpus:
+        raise InputError("parallel", f"tp*pp*dp*cp = {p.world}", f"hardware.num_gpus ({v.num_gpus})")
+    if isinstance(v.num_microbatches, bool) or not isinstance(v.num_microbatches, int) or v.num_microbatches < 1:
+        raise InputError("parallel.num_microbatches", v.num_microbatches, "a positive integer")
+    if p.micro_batch_size * p.dp * v.num_microbatches != j.global_batch_size:
+        raise InputError("job.global_batch_size", j.global_batch_size,
+                         f"micro_batch_size x dp x num_microbatches = {p.micro_batch_size} x {p.dp} x {v.num_microbatches}")
+    if m.heads % p.tp:
+        raise InputError("parallel.tp", p.tp, f"a divisor of the attention heads ({m.heads})")
+    if m.kv_heads % p.tp and p.tp % m.kv_heads:
+        raise InputError("parallel.tp", p.tp, f"a multiple or divisor of the KV heads ({m.kv_heads})")
+    if p.cp > 1 and j.seq_len % (2 * p.cp):
+        raise InputError("job.seq_len", j.seq_len, f"a multiple of 2 x cp ({2 * p.cp})")
+    if p.ep > 1:
+        if m.moe is None:
+            raise InputError("parallel.ep", p.ep, "1 for a dense model (no experts)")
+        if m.moe.experts % p.ep:
+            raise InputError("parallel.ep", p.ep, f"a divisor of the expert count ({m.moe.experts})")
+        if (p.dp * p.cp) % p.ep:
+            raise InputError("parallel.ep", p.ep, f"a divisor of dp x cp ({p.dp * p.cp}); experts borrow those ranks")
+    if p.vpp > 1 and p.pp == 1:
+        raise InputError("parallel.vpp", p.vpp, "1 when pp == 1 (virtual stages need pipeline parallelism)")
+    if p.layers_per_stage is not None:
+        if sum(p.layers_per_stage) != m.layers:
+            raise InputError("parallel.layers_per_stage", list(p.layers_per_stage), f"counts summing to the model's layers ({m.layers})")
+        if min(p.layers_per_stage) < 1:
+            raise InputError("parallel.layers_per_stage", list(p.layers_per_stage), "at least one layer per stage")
+    elif m.layers % p.pp:
+        raise InputError("parallel.layers_per_stage", None, f"an explicit split: layers ({m.layers}) are not divisible by pp ({p.pp})")
+
+
+def provenance_lines(v: PlanView, engine: str, target: str) -> list[str]:
+    """The lines every emitted file carries: who produced it, from which plan, what it predicts."""
+    doc = v.doc
+    return [
+        f"Generated by planner {PLANNER_VERSION} for {engine} ({target}).",
+        f"Source plan: schema {doc.get('schema')}, written by planner {doc.get('planner_version', '?')}; "
+        f"plan rank {v.rank}; model {v.model_id}; {v.num_gpus} x {v.gpu} ({v.num_nodes} node(s) x {v.gpus_per_node}).",
+        f"Plan rank {v.rank} degrees: {v.degrees_text()}.",
+        f"Predicted by the planner: {v.predicted_text()}.",
+        "Written by `planner launch`; re-run it (with --force) rather than editing the parallel settings by hand.",
+    ]
+
+
+def comment(lines: list[str], prefix: str = "# ") -> str:
+    return "".join(f"{prefix}{line}".rstrip() + "\n" for line in lines)
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What torchrun starts: the program words (already shell-safe), plan-derived arguments
+    (one inner list per rendered line, quoted on rendering) and shell words appended as-is."""
+
+    program: list[str]
+    arg_lines: list[list[str]]
+    tail: list[str] = field(default_factory=list)
+
+
+def render_torchrun(spec: LaunchSpec, nproc_per_node: int, style: str, prefix: str = "") -> str:
+    """A torchrun command, one backslash-continued logical line (launch_formats.md sec. 1, 8).
+
+    ``style="static"``: node rank + master address from the environment (one command per node).
+    ``style="c10d"``: c10d rendezvous keyed by the SLURM job id (same command on every node).
+    """
+    if style == "static":
+        head = [
+            f'{prefix}torchrun --nnodes "${{NNODES}}" --nproc-per-node {nproc_per_node} --node-rank "${{NODE_RANK}}"',
+            '--master-addr "${MASTER_ADDR}" --master-port "${MASTER_PORT}"',
+        ]
+    elif style == "c10d":
+        head = [
+            f'{prefix}torchrun --nnodes "${{SLURM_NNODES}}" --nproc-per-node {nproc_per_node}',
+            '--rdzv-id "${SLURM_JOB_ID}" --rdzv-backend c10d --rdzv-endpoint "${MASTER_ADDR}:${MASTER_PORT}"',
+        ]
+    else:
+        raise InputError("style", style, "static or c10d")
+    lines = head + [" ".join(spec.program)]
+    lines += [" ".join(shlex.quote(a) for a in group) for group in spec.arg_lines if group]
+    if spec.tail:
+        lines.append(" ".join(spec.tail))
+    return " \\\n    ".join(lines) + "\n"
+
+
+def _check_name(name: object) -> str:
+    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+        raise InputError("files", name, "a plain file name (no directories)")
+    return name
+
+
+def write_files(files: dict[str, str], out_dir: str | os.PathLike, force: bool = False) -> list[Path]:
+    """Write ``files`` (name -> text) into ``out_dir``: all of them or none.
+
+    Every target is checked before anything is written; an existing file is an InputError
+    unless ``force``. Each file goes to a temporary file in the same directory first and is
+    moved into place with os.replace only after all temporaries were written, so a reader
+    never sees a half-written file. Shell scripts get mode 0755, others 0644.
+    """
+    if not isinstance(files, dict) or not files:
+        raise InputError("files", files, "a non-empty mapping of file name to content")
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError("out", str(out), "a directory")
+    targets = {}
+    for name, content in files.items():
+        if not isinstance(content, str):
+            raise InputError(f"files[{name!r}]", type(content).__name__, "text")
+        targets[_check_name(name)] = out / name
+    existing = [str(t) for t in targets.values() if t.exists() or t.is_symlink()]
+    if existing and not force:
+        raise InputError("out", ", ".join(existing), "files that do not exist yet (pass --force to overwrite)")
+    for t in targets.values():
+        if t.is_dir():
+            raise InputError("out", str(t), "a file path, not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    staged: list[tuple[str, Path]] = []
+    try:
+        for name, target in targets.items():
+            fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=".tmp")
+            staged.append((tmp, target))
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+                fh.write(files[name])
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, 0o755 if name.endswith(_EXECUTABLE_SUFFIXES) else 0o644)
+    except BaseException:
+        for tmp, _ in staged:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        raise
+    for tmp, target in staged:
+        os.replace(tmp, target)
+    return [target for _, target in staged]

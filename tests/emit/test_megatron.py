@@ -1,0 +1,237 @@
+"""Megatron-LM launch script: parse the torchrun line back and check every value against the plan."""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+
+import pytest
+
+from emit_helpers import ALL_PLANS, bash_n, command_words, flags_after, load
+from planner.emit import emit_files
+from planner.emit.common import load_plan_view
+from planner.errors import InputError
+
+
+def megatron_flags(doc: dict, rank: int) -> tuple[list[str], dict[str, list[str]]]:
+    script = emit_files(doc, "megatron", rank)["megatron_launch.sh"]
+    words = command_words(script, "torchrun")
+    prog = next(i for i, w in enumerate(words) if w.endswith("pretrain_gpt.py"))
+    return words, flags_after(words, prog + 1)
+
+
+def one(flags: dict, name: str) -> int:
+    assert len(flags[name]) == 1, name
+    return int(flags[name][0])
+
+
+@pytest.mark.parametrize("fixture,rank", ALL_PLANS)
+def test_flags_match_plan(fixture, rank):
+    doc = load(fixture)
+    v = load_plan_view(doc, rank)
+    p, m, j = v.parallel, v.model, v.job
+    words, f = megatron_flags(doc, rank)
+    assert words[words.index("--nproc-per-node") + 1] == str(v.gpus_per_node)
+    tp, pp, cp = one(f, "--tensor-model-parallel-size"), one(f, "--pipeline-model-parallel-size"), one(f, "--context-parallel-size")
+    assert (tp, pp, cp) == (p.tp, p.pp, p.cp)
+    # Megatron's rule: dp = world / (tp x pp x cp); batch: GBS % (MBS x DP) == 0.
+    assert v.num_gpus % (tp * pp * cp) == 0 and v.num_gpus // (tp * pp * cp) == p.dp
+    mbs, gbs = one(f, "--micro-batch-size"), one(f, "--global-batch-size")
+    assert (mbs, gbs) == (p.micro_batch_size, j.global_batch_size)
+    assert gbs % (mbs * p.dp) == 0 and gbs // (mbs * p.dp) == v.num_microbatches
+    # model shape
+    assert one(f, "--num-layers") == m.layers and one(f, "--hidden-size") == m.hidden
+    assert one(f, "--ffn-hidden-size") == m.ffn_hidden and one(f, "--num-attention-heads") == m.heads
+    assert one(f, "--kv-channels") == m.head_dim
+    assert one(f, "--seq-length") == j.seq_len
+    heads = one(f, "--num-attention-heads")
+    assert heads % tp == 0
+    if m.kv_heads != m.heads:
+        assert "--group-query-attention" in f and one(f, "--num-query-groups") == m.kv_heads
+        groups = m.kv_heads
+        assert groups % tp == 0 or tp % groups == 0
+    else:
+        assert "--group-query-attention" not in f
+    assert ("--swiglu" in f) == (m.mlp == "swiglu") and ("--squared-relu" in f) == (m.mlp == "relu2")
+    assert ("--untie-embeddings-and-output-weights" in f) == (not m.tied_embeddings)
+    assert ("--disable-bias-linear" in f) == (not m.bias)
+    assert (f.get("--normalization") == ["RMSNorm"]) == (m.norm == "rmsnorm")
+    # sequence parallel only with TP > 1
+    assert ("--sequence-parallel" in f) == (p.sequence_parallel and p.tp > 1)
+    # pipeline split
+    layers = one(f, "--num-layers")
+    first = f.get("--decoder-first-pipeline-num-layers")
+    last = f.get("--decoder-last-pipeline-num-layers")
+    if v.uneven:
+        a, b = int(first[0]), int(last[0])
+        assert (a, b) == (v.stage_layers[0], v.stage_layers[-1])
+        rest, middle = layers - a - b, pp - 2
+        assert (rest == 0) == (middle == 0) and (middle == 0 or rest % middle == 0)
+    else:
+        assert first is None and last is None and layers % pp == 0
+    if p.vpp > 1:
+        if "--num-layers-per-virtual-pipeline-stage" in f:
+            per = one(f, "--num-layers-per-virtual-pipeline-stage")
+            assert (layers // pp) % per == 0 and (layers // pp) // per == p.vpp
+        else:
+            assert one(f, "--num-virtual-stages-per-pipeline-rank") == p.vpp
+        assert v.num_microbatches % pp == 0
+    else:
+        assert "--num-layers-per-virtual-pipeline-stage" not in f and "--num-virtual-stages-per-pipeline-rank" not in f
+    assert "--virtual-pipeline-model-parallel-size" not in f  # not a Megatron-LM flag (sec. 2.3)
+    # recompute
+    if p.recompute == "none":
+        assert "--recompute-granularity" not in f
+    else:
+        assert f["--recompute-granularity"] == [p.recompute]
+        assert ("--recompute-method" in f) == (p.recompute == "full")
+    assert ("--use-distributed-optimizer" in f) == (p.zero >= 1)
+    assert ("--use-megatron-fsdp" in f) == (p.zero >= 2)
+    # precision
+    assert ("--bf16" in f) == (j.precision in ("bf16", "fp8")) and ("--fp16" in f) == (j.precision == "fp16")
+    assert (f.get("--fp8-format") == ["hybrid"]) == (j.precision == "fp8")
+    # MoE
+    if m.moe is not None:
+        assert one(f, "--num-experts") == m.moe.experts and one(f, "--moe-router-topk") == m.moe.top_k
+        ep = one(f, "--expert-model-parallel-size")
+        assert ep == p.ep and m.moe.experts % ep == 0
+    else:
+        assert "--num-experts" not in f and "--expert-model-parallel-size" not in f
+
+
+@pytest.mark.parametrize("fixture,rank", ALL_PLANS)
+def test_bash_n(tmp_path, fixture, rank):
+    files = emit_files(load(fixture), "megatron", rank)
+    path = tmp_path / "megatron_launch.sh"
+    path.write_text(files["megatron_launch.sh"])
+    bash_n(path)
+
+
+def test_uneven_middle_stages_rejected():
+    doc = copy.deepcopy(load("llama70b_64gpu"))
+    doc["plans"][0]["parallel"].update(vpp=1, schedule="1f1b", layers_per_stage=[18, 20, 24, 18])
+    with pytest.raises(InputError, match="first and last"):
+        emit_files(doc, "megatron", 1)
+
+
+def test_uneven_first_only_and_vpp_uses_virtual_stages_flag():
+    doc = copy.deepcopy(load("llama70b_64gpu"))
+    _, f = megatron_flags(doc, 1)  # [18, 22, 22, 18] with vpp=2
+    assert f["--num-virtual-stages-per-pipeline-rank"] == ["2"]
+    assert "--num-layers-per-virtual-pipeline-stage" not in f
+
+
+def test_vpp_needs_divisible_stages():
+    doc = copy.deepcopy(load("llama70b_64gpu"))
+    doc["plans"][0]["parallel"]["layers_per_stage"] = [19, 21, 21, 19]
+    with pytest.raises(InputError):
+        emit_files(doc, "megatron", 1)
+
+
+def test_zero3_megatron_fsdp_env():
+    doc = copy.deepcopy(load("llama70b_64gpu"))
+    script = emit_files(doc, "megatron", 2)["megatron_launch.sh"]
+    assert "unset CUDA_DEVICE_MAX_CONNECTIONS" in script and "--ckpt-format fsdp_dtensor" in script
+
+
+# --- Megatron-core's own dataclasses (pip install megatron-core) -----------------------------
+
+_RENAMES = {
+    "--decoder-first-pipeline-num-layers": "num_layers_in_first_pipeline_stage",
+    "--decoder-last-pipeline-num-layers": "num_layers_in_last_pipeline_stage",
+    "--num-experts": "num_moe_experts",
+    "--fp8-format": "fp8",
+    "--num-virtual-stages-per-pipeline-rank": "virtual_pipeline_model_parallel_size",
+}
+
+
+@pytest.mark.parametrize("fixture,rank", ALL_PLANS)
+def test_megatron_core_transformer_config_accepts(fixture, rank):
+    """Feed the emitted flags to megatron.core's TransformerConfig (its __post_init__ checks
+    TP/heads, uneven PP and VPP divisibility, recompute combinations, MoE) and to its
+    microbatch calculator (GBS % (MBS x DP))."""
+    pytest.importorskip("megatron.core")
+    import dataclasses
+
+    import torch
+    from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    doc = load(fixture)
+    v = load_plan_view(doc, rank)
+    _, f = megatron_flags(doc, rank)
+    fields = {fl.name for fl in dataclasses.fields(TransformerConfig)}
+    kw: dict = {}
+    for flag, vals in f.items():
+        name = _RENAMES.get(flag, flag[2:].replace("-", "_"))
+        if name not in fields:
+            continue
+        if not vals:
+            kw[name] = True
+        else:
+            kw[name] = int(vals[0]) if vals[0].isdigit() else vals[0]
+    if "--num-layers-per-virtual-pipeline-stage" in f:
+        per = int(f["--num-layers-per-virtual-pipeline-stage"][0])
+        kw["virtual_pipeline_model_parallel_size"] = kw["num_layers"] // kw["pipeline_model_parallel_size"] // per
+    if "--swiglu" in f:
+        kw.update(gated_linear_unit=True, activation_func=torch.nn.functional.silu)
+    if "--disable-bias-linear" in f:
+        kw["add_bias_linear"] = False
+    if "--normalization" in f:
+        kw["normalization"] = f["--normalization"][0]
+    if "--moe-ffn-hidden-size" in f:
+        kw["moe_ffn_hidden_size"] = int(f["--moe-ffn-hidden-size"][0])
+    if "--moe-layer-freq" in f:
+        kw["moe_layer_freq"] = eval(f["--moe-layer-freq"][0], {})  # Megatron evaluates the same list expression
+    if kw.get("fp8"):
+        try:
+            import transformer_engine  # noqa: F401
+        except ImportError:
+            kw.pop("fp8")  # MoE FP8 checks need Transformer Engine; not installable on a CPU box
+    dtype = torch.bfloat16 if "--bf16" in f else torch.float16
+    kw.update(params_dtype=dtype, pipeline_dtype=dtype, bf16="--bf16" in f, fp16="--fp16" in f)
+    kw.pop("seq_length", None)
+    cfg = TransformerConfig(**kw)
+    assert cfg.tensor_model_parallel_size == v.parallel.tp
+    assert cfg.pipeline_model_parallel_size == v.parallel.pp
+    assert (cfg.virtual_pipeline_model_parallel_size or 1) == v.parallel.vpp
+    calc = ConstantNumMicroBatchesCalculator(
+        global_batch_size=int(f["--global-batch-size"][0]), micro_batch_size=int(f["--micro-batch-size"][0]),
+        data_parallel_size=v.parallel.dp, decrease_batch_size_if_needed=False, rank=0)
+    assert calc.get() == v.num_microbatches
+
+
+# --- Megatron-LM's own argument parser (needs a Megatron-LM checkout) ------------------------
+
+@pytest.mark.parametrize("fixture,rank", ALL_PLANS)
+def test_megatron_lm_parse_and_validate_args(fixture, rank, monkeypatch):
+    """Run Megatron-LM's parse_args + validate_args on the emitted arguments. The parser is
+    in the Megatron-LM repository, not the megatron-core wheel: set PLANNER_MEGATRON_LM to a
+    checkout (tested at main @ d98e8a64 with the import shims in megatron_lm_shim.py)."""
+    root = os.environ.get("PLANNER_MEGATRON_LM")
+    if not root or not (Path(root) / "megatron" / "training" / "arguments.py").exists():
+        pytest.skip("PLANNER_MEGATRON_LM does not point to a Megatron-LM checkout")
+    import subprocess
+    import sys
+
+    doc = load(fixture)
+    v = load_plan_view(doc, rank)
+    words, f = megatron_flags(doc, rank)
+    prog = next(i for i, w in enumerate(words) if w.endswith("pretrain_gpt.py"))
+    args = [w for w in words[prog + 1:] if not w.startswith('"$') and "${" not in w and w != "$@"]
+    args += ["--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", str(v.model.vocab),
+             "--train-iters", "10", "--lr", "1e-4"]
+    env = dict(os.environ, WORLD_SIZE=str(v.world), RANK="0", LOCAL_RANK="0", PYTHONPATH=os.pathsep.join(
+        [str(Path(__file__).parent), root, str(Path(__file__).parents[2])]))
+    env.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
+    if "unset CUDA_DEVICE_MAX_CONNECTIONS" not in emit_files(doc, "megatron", rank)["megatron_launch.sh"]:
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    code = ("import megatron_lm_shim, sys; import megatron.training.arguments as A; "
+            "A.get_device_arch_version = lambda: 9; sys.argv = ['pretrain_gpt.py'] + sys.argv[1:]; "
+            "a = A.parse_args(); A.validate_args(a); "
+            "print('DP', a.data_parallel_size, 'VPP', a.virtual_pipeline_model_parallel_size)")
+    res = subprocess.run([sys.executable, "-W", "ignore", "-c", code, *args], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert f"DP {v.parallel.dp} VPP {v.parallel.vpp if v.parallel.vpp > 1 else None}" in res.stdout

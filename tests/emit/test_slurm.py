@@ -1,0 +1,65 @@
+"""SLURM sbatch scripts: bash -n, #SBATCH values, and the srun torchrun line vs the local scripts."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from emit_helpers import ALL_PLANS, bash_n, command_words, load
+from planner.emit import emit_bundle, emit_files
+from planner.emit.common import load_plan_view
+from planner.errors import InputError
+
+
+def _sbatch(script: str) -> dict[str, str]:
+    return dict(re.findall(r"^#SBATCH --([\w-]+)=(\S+)", script, flags=re.M))
+
+
+@pytest.mark.parametrize("fixture,rank", ALL_PLANS)
+def test_all_engines_scripts_parse(tmp_path, fixture, rank):
+    doc = load(fixture)
+    v = load_plan_view(doc, rank)
+    files, skipped = emit_bundle(doc, "all", rank)
+    scripts = [n for n in files if n.endswith((".sh", ".sbatch"))]
+    assert scripts
+    for name in scripts:
+        path = tmp_path / name
+        path.write_text(files[name])
+        bash_n(path)
+    for eng in ("megatron", "deepspeed", "torchtitan"):
+        name = f"slurm_{eng}.sbatch"
+        if eng in skipped:
+            assert name not in files
+            continue
+        s = files[name]
+        sb = _sbatch(s)
+        assert sb["nodes"] == str(v.num_nodes) and sb["ntasks-per-node"] == "1"
+        assert sb["gpus-per-node"] == str(v.gpus_per_node)
+        words = command_words(s, "torchrun")
+        assert words[:2] == ["srun", "--ntasks-per-node=1"]
+        assert words[words.index("--nproc-per-node") + 1] == str(v.gpus_per_node)
+        assert words[words.index("--rdzv-backend") + 1] == "c10d"
+        assert words[words.index("--nnodes") + 1] == "${SLURM_NNODES}"
+        # The engine arguments are the same as in the engine's own launch script.
+        local_name = {"megatron": "megatron_launch.sh", "torchtitan": "torchtitan_launch.sh"}.get(eng)
+        if local_name:
+            local = command_words(files[local_name], "torchrun")
+            key = "${MEGATRON_DIR}/pretrain_gpt.py" if eng == "megatron" else "-m"
+            assert words[words.index(key):] == local[local.index(key):]
+        else:
+            assert words[words.index("--deepspeed_config") + 1] == "ds_config.json" and "ds_config.json" in files
+        assert "site settings" in s
+
+
+@pytest.mark.parametrize("engine", ["megatron", "deepspeed", "torchtitan"])
+def test_slurm_engine_choice(engine):
+    files = emit_files(load("tiny_moe_8gpu"), "slurm", 1, slurm_engine=engine)
+    assert f"slurm_{engine}.sbatch" in files
+    needs = {"deepspeed": "ds_config.json", "torchtitan": "torchtitan_job.toml"}.get(engine)
+    assert needs is None or needs in files
+
+
+def test_bad_slurm_engine():
+    with pytest.raises(InputError, match="slurm_engine"):
+        emit_files(load("tiny_moe_8gpu"), "slurm", 1, slurm_engine="jax")
