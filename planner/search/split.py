@@ -154,10 +154,12 @@ def optimal_split(
     # Scale to milliseconds and GiB so that HiGHS sees coefficients near 1.
     ts, ms = 1e3, 1.0 / 2**30
     prob = pulp.LpProblem("layer_split", pulp.LpMinimize)
-    k = [pulp.LpVariable(f"k{i}", lowBound=1, upBound=L // v, cat="Integer") for i in range(pp)]
-    T = pulp.LpVariable("T")
-    D = pulp.LpVariable("D", lowBound=0)
-    O = pulp.LpVariable("O", lowBound=0)  # noqa: E741
+    new_var = getattr(prob, "add_variable", None)  # PuLP >= 3.3 attaches variables to the model
+    var = (lambda name, **kw: new_var(name, **kw)) if new_var else (lambda name, **kw: pulp.LpVariable(name, **kw))  # noqa: E731
+    k = [var(f"k{i}", lowBound=1, upBound=L // v, cat="Integer") for i in range(pp)]
+    T = var("T")
+    D = var("D", lowBound=0)
+    O = var("O", lowBound=0)  # noqa: E741
     t = [ts * (aff.time[i][0] * v * k[i] + aff.time[i][1]) for i in range(pp)]
     prob += (m - 1.0 / v) * T + (1.0 / v) * pulp.lpSum(t) + D + O
     prob += pulp.lpSum(k) * v == L
