@@ -92,8 +92,14 @@ def _time_lower_bound(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Par
     return per_layer * model.layers * ((m - 1.0 / v) / par.pp + 1.0 / v)
 
 
+_REC = {"none": 0, "selective": 1, "full": 2}
+
+
 def _key(par: ParallelConfig) -> tuple:
-    return (par.tp, par.pp, par.dp, par.cp, par.ep, par.vpp, par.micro_batch_size, par.recompute, par.sequence_parallel, par.zero, par.layers_per_stage or ())
+    """Deterministic tie-break among equal predictions: fewer exotic dimensions first
+    (no context or expert parallelism, no interleaving), then smaller degrees."""
+    return (par.cp, par.ep, par.vpp, par.tp, par.pp, par.dp, par.micro_batch_size, _REC[par.recompute],
+            not par.sequence_parallel, par.zero, par.layers_per_stage or ())
 
 
 def plan(
@@ -128,7 +134,7 @@ def plan(
         if lk not in lb_cache:
             lb_cache[lk] = _time_lower_bound(model, cluster, job, par, flash)
         bounded.append((lb_cache[lk], t, par))
-    bounded.sort(key=lambda x: (x[0], x[1][:7], x[1][7], x[1][8], x[1][9]))
+    bounded.sort(key=lambda x: (x[0], _key(x[2])))
     kth: list[float] = []  # max-heap (negated) of the K best exact times so far
     found: list = []
     evaluated = 0
