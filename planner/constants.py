@@ -21,6 +21,12 @@ __all__ = [
     "STEP_OVERHEAD_S",
     "TRAINING_KERNEL_EFFICIENCY",
     "COMM_COMPUTE_OVERLAP_EFFICIENCY",
+    "FLASH_ATTENTION_SEQ_HALF",
+    "FLASH_ATTENTION_REFERENCE_SEQ",
+    "FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT",
+    "FP8_WEIGHT_COPY_BYTES_PER_PARAM",
+    "FP8_ACTIVATION_BYTES",
+    "MOE_DROPLESS_IMBALANCE",
 ]
 
 # --- Links ------------------------------------------------------------------------------
@@ -119,3 +125,40 @@ OPTIMIZER_BYTES_PER_PARAM = 30.0
 # Per-step fixed cost outside the layers (data loader, logging, loss scaling checks, grad
 # norm all-reduce launch): a few ms in Megatron logs.
 STEP_OVERHEAD_S = 0.02
+
+
+# --- Modern training: FP8, context parallelism, MoE, long context (docs/cost_model_modern.md) --
+# Flash-attention efficiency rises with the key/value length a kernel call sees and saturates:
+# FA3 fwd, hdim 128, B*S = 16k, on Hopper: 430 / 517 / 566 / 590 / 614 / 621 TFLOP/s at
+# s = 512 / 1k / 2k / 4k / 8k / 16k (pytorch/benchmark PR #2391; kernel_throughput.md sec. 2).
+# eff(s) proportional to s / (s + s_half) reproduces the ratios to 8k (0.70 0.84 0.92 0.96) with
+# s_half = 220 tokens (0.74 0.86 0.93 0.98). FLASH_ATTENTION_EFFICIENCY holds at the reference
+# length 8192 (the in-step H200 measurement), so eff(s) = table * f(s) / f(8192).
+FLASH_ATTENTION_SEQ_HALF = 220.0
+FLASH_ATTENTION_REFERENCE_SEQ = 8192.0
+
+# FP8 (Transformer Engine, Micikevicius et al. 2022 "FP8 Formats for Deep Learning",
+# arXiv 2209.05433): every FP8 GEMM input is produced by a fused cast-transpose kernel that
+# reads the bf16 tensor (2 B) and writes the FP8 tensor and its transpose (1 + 1 B): Hopper's FP8
+# tensor cores take only the TN layout, so the weight-gradient GEMM needs transposed copies
+# (TE ``cast_transpose``; NVIDIA TE user guide "Using FP8 with Transformer Engine"). 4 B of HBM
+# traffic per element, for the input in forward and for the output gradient in backward.
+FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT = 4.0
+# TE keeps the bf16 (16-bit) weights as the parameters and caches an FP8 copy and its
+# transpose for the step (``is_first_microbatch`` caching in Megatron-core's TE layers):
+# +2 B per locally held parameter; with ZeRO-3/FSDP the copies exist only for gathered layers.
+FP8_WEIGHT_COPY_BYTES_PER_PARAM = 2.0
+# Inputs of FP8 linear layers are saved for backward in FP8 (1 B per element, TE saves the
+# quantised input, not the bf16 one); norms, residuals, attention Q/K/V/O, softmax statistics
+# and the SwiGLU input stay 16-bit (attention runs in BF16).
+FP8_ACTIVATION_BYTES = 1.0
+
+# Dropless MoE (MegaBlocks, Gale et al. 2022, arXiv 2211.15841; Megatron-core grouped GEMM)
+# computes every routed token, so the slowest expert-parallel rank sets the pace of the expert
+# GEMMs and of the all-to-all it receives. With load-balancing loss or DeepSeek-V3's
+# auxiliary-loss-free bias (arXiv 2412.19437 sec. 2.1.2; Wang et al. 2024, arXiv 2408.15664)
+# the most loaded rank carries a few to ~20% more than the mean per micro-batch. 1.1 is a
+# judgement in that range (no per-rank trace was read); with ep = 1 every GPU holds all experts
+# and the sum is exact (factor 1). A capacity factor (Fedus et al. 2021, Switch Transformer
+# sec. 2.2: capacity = tokens/experts x factor) replaces it: buffers are padded to capacity.
+MOE_DROPLESS_IMBALANCE = 1.1

@@ -25,7 +25,10 @@ from functools import lru_cache
 from planner.cost.collectives import Level, cluster_levels, collective, group_shape
 from planner.specs import ClusterSpec, ParallelConfig
 
-__all__ = ["GroupLinks", "group_links", "tp_allreduce_time", "p2p_time", "dp_collective_time", "alltoall_time", "cp_ring_time"]
+__all__ = [
+    "GroupLinks", "group_links", "tp_allreduce_time", "p2p_time", "dp_collective_time", "alltoall_time",
+    "cp_ring_time", "cp_ring_exposed", "cp_hiding_local_len", "moe_dispatch_bytes",
+]
 
 
 @dataclass(frozen=True)
@@ -105,13 +108,58 @@ def dp_collective_time(links: GroupLinks, grad_bytes: float, param_bytes: float,
 
 
 def alltoall_time(links: GroupLinks, nbytes: float) -> float:
+    """One all-to-all of an ``nbytes`` per-rank send buffer over the expert-parallel group,
+    priced on the levels it crosses (pairwise exchange: the (p - k)/p share that leaves the
+    scale-up domain goes through the rank's NIC share; collectives._two_level)."""
     return links.time("alltoall", nbytes)
 
 
+def moe_dispatch_bytes(tokens: float, hidden: int, top_k: int, load: float, bytes_per_elem: float = 2.0) -> float:
+    """Per-rank send buffer of one MoE all-to-all (dispatch, or combine, which returns the
+    same volume): every token goes to its top-k experts, ``tokens * top_k * h`` 16-bit
+    elements (GShard, Lepikhin et al. 2020 sec. 3.2; Megatron-core alltoall token dispatcher),
+    times the busiest rank's load factor (capacity padding or dropless imbalance). Each MoE
+    layer runs two per forward (dispatch + combine) and two per backward."""
+    return tokens * top_k * hidden * bytes_per_elem * load
+
+
 def cp_ring_time(links: GroupLinks, kv_bytes: float) -> float:
-    """Ring attention (Liu et al. 2023; Megatron context parallelism): cp - 1 rounds, each
-    passing one rank's K/V chunk to the next rank."""
+    """Ring attention (Liu et al. 2023, arXiv 2310.01889; Megatron context parallelism): cp - 1
+    rounds, each passing one rank's K/V chunk (``kv_bytes``) to the next rank. Backward passes
+    K/V and their gradients: twice this."""
     if links.size <= 1:
         return 0.0
     lvl = links.inter if links.m > 1 else links.intra
     return (links.size - 1) * (lvl.latency_s + kv_bytes / lvl.bandwidth_bytes_per_s)
+
+
+def cp_ring_exposed(links: GroupLinks, kv_bytes: float, attn_fwd_s: float, attn_bwd_s: float) -> tuple[float, float]:
+    """(forward, backward) exposed seconds of the ring exchange.
+
+    TE's context-parallel attention (used by Megatron-core) posts step i+1's send/recv before
+    computing step i's block, so the cp attention steps and the cp - 1 transfers pipeline:
+    a pass takes a + (cp - 1) max(c, a) with a = attention per step (attn / cp) and c = one
+    block's transfer, i.e. exposed = max(0, t_ring - (cp - 1)/cp * attn). The P2P kernels use
+    one or two NCCL channels, so the SM contention of the bulk collectives
+    (COMM_COMPUTE_OVERLAP_EFFICIENCY) is not charged here.
+
+    Attention per ring step grows as (s/cp)^2 while one block grows as s/cp, so the exchange is
+    hidden only above a local length (:func:`cp_hiding_local_len`).
+    """
+    cp = links.size
+    if cp <= 1:
+        return 0.0, 0.0
+    t = cp_ring_time(links, kv_bytes)
+    hide = (cp - 1) / cp
+    return max(0.0, t - hide * attn_fwd_s), max(0.0, 2 * t - hide * attn_bwd_s)
+
+
+def cp_hiding_local_len(kv_width: float, heads_local: float, core_head_dims: float, attn_flops_per_s: float, link_bytes_per_s: float) -> float:
+    """Local sequence length s/cp above which the forward ring exchange hides behind attention.
+
+    Per ring step (load-balanced causal chunks, b = 1): attention b (s/cp)^2 a_loc (d_qk + d_v)
+    FLOPs, one K/V block 2 B (s/cp) kv_width bytes. Equal at
+    s/cp = 2 kv_width attn_flops_per_s / (link_bytes_per_s a_loc (d_qk + d_v)) (latency ignored).
+    Llama 3.1 405B, tp 8, H100 over 400 Gb/s IB: 2 * 256 * 445e12 / (46e9 * 16 * 256) = 1.2K tokens.
+    """
+    return 2.0 * kv_width * attn_flops_per_s / (link_bytes_per_s * heads_local * core_head_dims)

@@ -24,10 +24,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from planner import constants as C
-from planner.cost.flops import attn_proj_dims, mlp_matrices
+from planner.cost.flops import attn_core_head_dims, attn_proj_dims, mlp_matrices
 from planner.specs import GpuSpec, ModelSpec
 
-__all__ = ["LayerTimes", "gemm_time", "layer_times", "logits_times", "gpu_generation", "shape_half_dim"]
+__all__ = [
+    "LayerTimes", "gemm_time", "layer_times", "logits_times", "gpu_generation", "shape_half_dim",
+    "attention_efficiency", "moe_load_factor", "fp8_quant_time",
+]
 
 ACT_BYTES = 2  # bf16/fp16 activations
 
@@ -76,7 +79,10 @@ def _stream_time(nbytes: float, gpu: GpuSpec, kernels: int) -> float:
 
 @dataclass(frozen=True)
 class LayerTimes:
-    """Seconds for one layer and one micro-batch on one GPU, compute only (no communication)."""
+    """Seconds for one layer and one micro-batch on one GPU, compute only (no communication).
+
+    ``*_quant_s``: FP8 cast-transpose kernels (zero in 16-bit precision).
+    """
 
     fwd_gemm_s: float
     bwd_gemm_s: float
@@ -84,14 +90,74 @@ class LayerTimes:
     bwd_attn_s: float
     fwd_elementwise_s: float
     bwd_elementwise_s: float
+    fwd_quant_s: float = 0.0
+    bwd_quant_s: float = 0.0
 
     @property
     def fwd_s(self) -> float:
-        return self.fwd_gemm_s + self.fwd_attn_s + self.fwd_elementwise_s
+        return self.fwd_gemm_s + self.fwd_attn_s + self.fwd_elementwise_s + self.fwd_quant_s
 
     @property
     def bwd_s(self) -> float:
-        return self.bwd_gemm_s + self.bwd_attn_s + self.bwd_elementwise_s
+        return self.bwd_gemm_s + self.bwd_attn_s + self.bwd_elementwise_s + self.bwd_quant_s
+
+
+def attention_efficiency(gpu: GpuSpec, kv_len: float) -> float:
+    """Flash-attention fwd+bwd achieved / dense 16-bit peak for kernel calls over ``kv_len``
+    keys: the per-generation in-training figure at 8K scaled by s / (s + s_half)
+    (constants.FLASH_ATTENTION_SEQ_HALF, fit to FA3's sequence sweep)."""
+    base = C.FLASH_ATTENTION_EFFICIENCY[gpu_generation(gpu)]
+    sh, ref = C.FLASH_ATTENTION_SEQ_HALF, C.FLASH_ATTENTION_REFERENCE_SEQ
+    return base * (kv_len / (kv_len + sh)) / (ref / (ref + sh))
+
+
+def moe_load_factor(model: ModelSpec, ep: int) -> float:
+    """Tokens the busiest expert-parallel rank processes, relative to balanced routing.
+
+    Capacity factor c (Fedus et al. 2021 sec. 2.2): buffers padded to c x tokens k / E.
+    Dropless (capacity_factor None): constants.MOE_DROPLESS_IMBALANCE when experts are spread
+    over ep > 1 ranks, 1 when every GPU holds every expert.
+    """
+    if model.moe is None:
+        return 1.0
+    if model.moe.capacity_factor is not None:
+        return model.moe.capacity_factor
+    return C.MOE_DROPLESS_IMBALANCE if ep > 1 else 1.0
+
+
+def fp8_quant_time(gemms: list, gpu: GpuSpec, batch: float = 1.0) -> tuple[float, float]:
+    """(fwd, bwd) seconds of the FP8 cast-transpose kernels of GEMMs (m tokens, n out, k in):
+    the input (m x k) in forward, the output gradient (m x n) in backward, each read in bf16
+    and written as FP8 plus its transpose (constants.FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT)."""
+    b = C.FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT
+    fwd = sum(_stream_time(b * m * k * batch, gpu, 1) for m, n, k in gemms)
+    bwd = sum(_stream_time(b * m * n * batch, gpu, 1) for m, n, k in gemms)
+    return fwd, bwd
+
+
+def _attention_gemms(model: ModelSpec, tokens: float, tp: int) -> list:
+    """(m, n, k) of the attention projections on one tensor-parallel rank.
+
+    MLA (DeepSeek-V3 arXiv 2412.19437 eqs. 1-11): query down (h -> d_c'), query up
+    (d_c' -> a (d_h + d_h^R)), joint KV down plus shared RoPE key (h -> d_c + d_h^R), KV up
+    (d_c -> a (d_h + d_v)), output (a d_v -> h); the down projections are replicated over
+    tensor parallelism (Megatron-core MLA), the up and output projections split by heads.
+    """
+    h = model.hidden
+    if model.is_mla:
+        d = model.head_dim or h // model.heads
+        dqk, dv = d + model.qk_rope_head_dim, model.v_head_dim or d
+        a = model.heads / tp
+        out = []
+        if model.q_lora_rank:
+            out += [(tokens, model.q_lora_rank, h), (tokens, a * dqk, model.q_lora_rank)]
+        else:
+            out.append((tokens, a * dqk, h))
+        out += [(tokens, model.kv_lora_rank + model.qk_rope_head_dim, h), (tokens, a * (d + dv), model.kv_lora_rank)]
+        out.append((tokens, h, a * dv))
+        return out
+    qw, kvw = attn_proj_dims(model)
+    return [(tokens, (qw + kvw) / tp, h), (tokens, h, qw / tp)]
 
 
 @lru_cache(maxsize=65536)
@@ -108,31 +174,41 @@ def layer_times(
     moe_layer: bool = False,
     ep: int = 1,
 ) -> LayerTimes:
-    """Compute time of one dense (or MoE) layer for one micro-batch on one GPU."""
+    """Compute time of one dense (or MoE) layer for one micro-batch on one GPU.
+
+    Precision ``fp8``: the linear layers (attention projections, MLP, experts) run FP8 GEMMs at
+    the FP8 peak and ceiling, with the FP8 shape penalty (d_half scales with FP8 TFLOP/s per SM,
+    twice BF16's on Hopper: kernel_throughput.md sec. 5.4) plus cast-transpose kernels; the
+    attention core, router and output layer stay BF16 (Transformer Engine recipe).
+    Expert tensor parallelism = tp (Megatron-core's default ``expert_tensor_parallel_size``).
+    """
     h = model.hidden
-    d = model.head_dim or h // model.heads
     s_local = seq_len / cp
     tokens = micro_batch * s_local
-    qw, kvw = attn_proj_dims(model)
-    gemms = [(tokens, (qw + kvw) / tp, h), (tokens, h, qw / tp)]
+    prec16 = "bf16" if precision == "fp8" else precision
+    gemms = _attention_gemms(model, tokens, tp)
+    extra16 = []  # GEMMs that stay in 16-bit
+    q_fwd = q_bwd = 0.0
     if model.moe is not None and moe_layer:
         moe = model.moe
-        # Routed experts: each GPU runs its experts/ep experts on tokens*top_k*ep/experts tokens
-        # each after the all-to-all (balanced routing); shared experts run on every token.
+        # Routed experts: each GPU runs experts/ep experts on tokens*top_k*ep/experts tokens
+        # each after the all-to-all, times the busiest rank's load factor; shared experts run
+        # on every token.
         local_experts = max(1, moe.experts // ep)
-        per_expert_tokens = tokens * moe.top_k * ep / moe.experts
+        fe = tokens * moe.top_k * ep / moe.experts * moe_load_factor(model, ep)
         f_e = moe.expert_ffn_hidden
-        fe = per_expert_tokens
         up_n = f_e * (mlp_matrices(model) - 1) / tp
         up = gemm_time(fe, up_n, h, gpu, precision, local_experts)
         up_b = gemm_time(fe, h, up_n, gpu, precision, local_experts) + gemm_time(h, up_n, fe, gpu, precision, local_experts)
         down = gemm_time(fe, h, f_e / tp, gpu, precision, local_experts)
         down_b = gemm_time(fe, f_e / tp, h, gpu, precision, local_experts) + gemm_time(f_e / tp, h, fe, gpu, precision, local_experts)
         moe_f, moe_b = up + down, up_b + down_b
+        if precision == "fp8":
+            q_fwd, q_bwd = fp8_quant_time([(fe, up_n, h), (fe, h, f_e / tp)], gpu, local_experts)
         if moe.shared_experts:
             gemms += [(tokens, f_e * moe.shared_experts * (mlp_matrices(model) - 1) / tp, h), (tokens, h, f_e * moe.shared_experts / tp)]
-        gemms.append((tokens, moe.experts, h))  # router
-        ffn_local = f_e * (moe.top_k + moe.shared_experts) / tp
+        extra16.append((tokens, moe.experts, h))  # router (kept in 16-bit/fp32)
+        ffn_local = f_e * (moe.top_k * moe_load_factor(model, ep) + moe.shared_experts) / tp
     else:
         f = model.ffn_hidden
         gemms += [(tokens, f * (mlp_matrices(model) - 1) / tp, h), (tokens, h, f / tp)]
@@ -140,27 +216,32 @@ def layer_times(
         ffn_local = f / tp
     fwd_gemm = moe_f
     bwd_gemm = moe_b
-    for m, n, k in gemms:
-        f_, b_ = _gemm_fwd_bwd(m, n, k, gpu, precision)
+    for (m, n, k), prec in [(g, precision) for g in gemms] + [(g, prec16) for g in extra16]:
+        f_, b_ = _gemm_fwd_bwd(m, n, k, gpu, prec)
         fwd_gemm += f_
         bwd_gemm += b_
+    if precision == "fp8":
+        qf, qb = fp8_quant_time(gemms, gpu)
+        q_fwd, q_bwd = q_fwd + qf, q_bwd + qb
 
     heads_local = model.heads / tp
+    dqk, dv = attn_core_head_dims(model)
     if flash_attention and gpu_generation(gpu) != "other":
-        eff = C.FLASH_ATTENTION_EFFICIENCY[gpu_generation(gpu)]  # already an in-training figure
-        # causal: half the square is computed; with context parallelism each rank holds
-        # s/cp queries against (on average) the whole causal prefix (load-balanced ring).
-        core_fwd = 2.0 * micro_batch * s_local * seq_len * heads_local * (2 * d) / 2.0
-        peak = gpu.peak("bf16" if precision == "fp8" else precision)
-        fwd_attn = core_fwd / (peak * eff) + C.GEMM_KERNEL_OVERHEAD_S
-        bwd_attn = 2.5 * core_fwd / (peak * eff) + 2 * C.GEMM_KERNEL_OVERHEAD_S
+        # Causal: half the square is computed (what flash attention executes). With context
+        # parallelism each rank holds s/cp queries (two load-balanced chunks) against, on
+        # average, half of all s keys, in cp ring steps over key blocks of s/cp tokens
+        # (Megatron-core / TE context parallelism); the kernel efficiency follows that block.
+        eff = attention_efficiency(gpu, seq_len / cp)
+        core_fwd = 2.0 * micro_batch * s_local * seq_len * heads_local * (dqk + dv) / 2.0
+        peak = gpu.peak(prec16)
+        fwd_attn = core_fwd / (peak * eff) + cp * C.GEMM_KERNEL_OVERHEAD_S
+        bwd_attn = 2.5 * core_fwd / (peak * eff) + 2 * cp * C.GEMM_KERNEL_OVERHEAD_S
     else:
         # Unfused attention (Megatron's fused scale-mask-softmax): two batched GEMMs over the
         # full square plus softmax, mask and dropout over b*a/t*s^2 elements.
         batch = micro_batch * heads_local
-        prec = "bf16" if precision == "fp8" else precision
-        sc_f, sc_b = _gemm_fwd_bwd(s_local, seq_len, d, gpu, prec)
-        cx_f, cx_b = _gemm_fwd_bwd(s_local, d, seq_len, gpu, prec)
+        sc_f, sc_b = _gemm_fwd_bwd(s_local, seq_len, dqk, gpu, prec16)
+        cx_f, cx_b = _gemm_fwd_bwd(s_local, dv, seq_len, gpu, prec16)
         elems = batch * s_local * seq_len
         fwd_attn = batch * (sc_f + cx_f - 2 * C.GEMM_KERNEL_OVERHEAD_S) + 2 * C.GEMM_KERNEL_OVERHEAD_S + _stream_time(elems * 9, gpu, 2)
         bwd_attn = batch * (sc_b + cx_b - 4 * C.GEMM_KERNEL_OVERHEAD_S) + 4 * C.GEMM_KERNEL_OVERHEAD_S + _stream_time(elems * 13, gpu, 2)
@@ -168,6 +249,7 @@ def layer_times(
     # Elementwise traffic per token (bytes): two norms (read+write h each), two residual adds
     # (read 2h, write h), dropout masks where the model trains with dropout, the MLP
     # activation (read the up-projection output, write its input to down-projection).
+    qw, kvw = attn_proj_dims(model)
     hid = h / (tp if sequence_parallel else 1)
     dropout = 2 if model.bias else 0
     per_token = ACT_BYTES * (2 * 2 * hid + 2 * 3 * hid) + dropout * (ACT_BYTES * 2 + 1) * hid
@@ -176,7 +258,7 @@ def layer_times(
     per_token += ACT_BYTES * 2 * (qw + kvw) / tp  # rotary/bias on q, k (read + write)
     fwd_el = _stream_time(tokens * per_token, gpu, 8)
     bwd_el = _stream_time(2 * tokens * per_token, gpu, 12)
-    return LayerTimes(fwd_gemm, bwd_gemm, fwd_attn, bwd_attn, fwd_el, bwd_el)
+    return LayerTimes(fwd_gemm, bwd_gemm, fwd_attn, bwd_attn, fwd_el, bwd_el, q_fwd, q_bwd)
 
 
 @lru_cache(maxsize=8192)

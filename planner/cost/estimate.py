@@ -17,9 +17,9 @@ from functools import lru_cache
 
 from planner import constants as C
 from planner.cost import memory as M
-from planner.cost.comm import alltoall_time, cp_ring_time, dp_collective_time, group_links, p2p_time, tp_allreduce_time
-from planner.cost.compute import gpu_generation, layer_times, logits_times
-from planner.cost.flops import attn_proj_dims, layer_flops, logits_flops, step_model_flops
+from planner.cost.comm import alltoall_time, cp_ring_exposed, cp_ring_time, dp_collective_time, group_links, moe_dispatch_bytes, p2p_time, tp_allreduce_time
+from planner.cost.compute import gpu_generation, layer_times, logits_times, moe_load_factor
+from planner.cost.flops import kv_exchange_width, layer_flops, logits_flops, step_model_flops
 from planner.cost.result import Estimate
 from planner.errors import InputError
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
@@ -98,12 +98,12 @@ def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelC
     t_tp = tp_allreduce_time(links["tp"], act_bytes, sp)
     tp_fwd = 2 * t_tp
     tp_bwd = 2 * t_tp * (1 - C.TP_BWD_OVERLAP_FRACTION)
-    qw, kvw = attn_proj_dims(model)
-    kv_chunk = 2 * mb * s / cp * kvw / tp
+    kv_chunk = 2 * mb * s / cp * kv_exchange_width(model, tp)  # 16-bit K and V of s/cp tokens
     t_cp_f = cp_ring_time(links["cp"], kv_chunk)
-    cp_fwd = max(0.0, t_cp_f - lt_d.fwd_attn_s)  # overlapped with the attention of the resident chunk
-    cp_bwd = max(0.0, 2 * t_cp_f - lt_d.bwd_attn_s)
-    ep_bytes = mb * s / cp * model.hidden * 2 * (model.moe.top_k if has_moe else 0)
+    # overlapped with the attention of the resident blocks (comm.cp_ring_exposed)
+    cp_fwd, cp_bwd = cp_ring_exposed(links["cp"], kv_chunk, lt_d.fwd_attn_s, lt_d.bwd_attn_s)
+    # two all-to-all (dispatch, combine) per MoE layer and pass; not overlapped under 1F1B
+    ep_bytes = moe_dispatch_bytes(mb * s / cp, model.hidden, model.moe.top_k, moe_load_factor(model, par.ep)) if has_moe else 0.0
     t_a2a = alltoall_time(links["ep"], ep_bytes) if has_moe else 0.0
     full = par.recompute == "full"
 
@@ -153,8 +153,9 @@ def stage_memory(model: ModelSpec, job: Job, par: ParallelConfig, flash: bool, s
     shard = par.zero_shard_degree or par.dp * par.cp
     bpp = M.bytes_per_param(job.precision, par.zero, shard)
     bpp_e = M.bytes_per_param(job.precision, par.zero, max(1, shard // par.ep))
-    a_layer = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, par.recompute, flash, has_moe)
-    a_full = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, "none", flash, has_moe) if par.recompute == "full" else 0.0
+    load = moe_load_factor(model, par.ep)
+    a_layer = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, par.recompute, flash, has_moe, job.precision, load)
+    a_full = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, "none", flash, has_moe, job.precision, load) if par.recompute == "full" else 0.0
     dense_p = params["layers"] + params["embedding"] + params["output"]
     w = dense_p * bpp["weights"] + params["experts"] * bpp_e["weights"]
     g = dense_p * bpp["gradients"] + params["experts"] * bpp_e["gradients"]
@@ -206,6 +207,9 @@ def stage_sync(cluster: ClusterSpec, job: Job, par: ParallelConfig, params: dict
         exposed = 0.0
     held = (dense_p + exp_p) / (shard if par.zero >= 1 else 1)
     opt = held * C.OPTIMIZER_BYTES_PER_PARAM / (gpu.hbm_bandwidth_bytes_per_s * C.HBM_STREAM_EFFICIENCY)
+    if job.precision == "fp8":  # FP8 cast-transpose of the updated weights, once per step (TE weight cache)
+        local = (dense_p + exp_p) / (shard if par.zero >= 3 else 1)
+        opt += local * C.FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT / (gpu.hbm_bandwidth_bytes_per_s * C.HBM_STREAM_EFFICIENCY)
     return {"dp_s": t_dp, "dp_exposed_s": exposed, "zero3_exposed_s": zero3, "optimizer_s": opt}
 
 
@@ -290,6 +294,10 @@ def estimate(
     peak16 = gpu.peak("bf16")
     mfu = model_flops / (step * n * peak16)
     hfu = executed / (step * n * peak16)
+    causal_flops = step_model_flops(model, gbs, s, causal=True)
+    notes.append(f"MFU {100 * mfu:.1f}% counts attention over the full s x s square; with causal attention counted causally (what flash attention executes) MFU is {100 * causal_flops / (step * n * peak16):.1f}% ({causal_flops / step / n / 1e12:.0f} TFLOP/s per GPU)")
+    if prec == "fp8":
+        notes.append(f"fp8: MFU is over the dense BF16 peak; over the FP8 peak it is {100 * model_flops / (step * n * gpu.peak('fp8')):.1f}% (attention, router, output layer stay BF16)")
 
     # --- memory ---------------------------------------------------------------------------------
     stages = [stage_memory(model, job, par, flash, i, n_i, stage_params[i], m) for i, n_i in enumerate(lps)]

@@ -36,6 +36,8 @@ __all__ = [
     "step_model_flops",
     "mlp_matrices",
     "attn_proj_dims",
+    "attn_core_head_dims",
+    "kv_exchange_width",
 ]
 
 
@@ -55,6 +57,32 @@ def attn_proj_dims(model: ModelSpec) -> tuple[int, int]:
     if model.is_mla:
         return model.heads * (d + model.qk_rope_head_dim), model.heads * (d + (model.v_head_dim or d))
     return model.heads * d, 2 * model.kv_heads * d
+
+
+def attn_core_head_dims(model: ModelSpec) -> tuple[int, int]:
+    """(query/key width, value width) per head inside the attention kernel.
+
+    MLA (DeepSeek-V2 arXiv 2405.04434 sec. 2.1.3; V3 arXiv 2412.19437 eq. 1-11): keys and
+    queries carry the no-RoPE part d_h plus the decoupled RoPE part d_h^R (128 + 64), values
+    v_head_dim (128). Standard attention: d and d.
+    """
+    d = model.head_dim or model.hidden // model.heads
+    if model.is_mla:
+        return d + model.qk_rope_head_dim, model.v_head_dim or d
+    return d, d
+
+
+def kv_exchange_width(model: ModelSpec, tp: int) -> float:
+    """Elements per token of the K and V that one tensor-parallel rank holds: what ring
+    attention passes between context-parallel ranks (Liu et al. 2023, arXiv 2310.01889).
+
+    GQA keeps kv_heads heads, at least one per rank when tp > kv_heads (replicated). MLA
+    under context parallelism exchanges the up-projected per-head K and V (Megatron-core MLA
+    runs TE's ring attention on them), not the compressed latent.
+    """
+    dqk, dv = attn_core_head_dims(model)
+    kvh = model.heads if model.is_mla else model.kv_heads
+    return max(kvh / tp, 1.0) * (dqk + dv)
 
 
 def _attn_params(model: ModelSpec) -> int:
@@ -157,15 +185,21 @@ def logits_flops(model: ModelSpec, batch: int, seq_len: int) -> float:
     return 2.0 * batch * seq_len * model.hidden * model.vocab
 
 
-def step_model_flops(model: ModelSpec, global_batch: int, seq_len: int) -> float:
-    """Model FLOPs of one optimizer step: 3 x forward, full-square attention, no recompute.
+def step_model_flops(model: ModelSpec, global_batch: int, seq_len: int, causal: bool = False) -> float:
+    """Model FLOPs of one optimizer step: 3 x forward, no recompute.
 
-    For a GPT with g = a and f = 4h this equals Narayanan 2021 eq. 3 with the recompute
-    factor removed: 72 B s l h^2 (1 + s/6h + V/12lh).
+    ``causal=False``: full-square attention; for a GPT with g = a and f = 4h this equals
+    Narayanan 2021 eq. 3 with the recompute factor removed: 72 B s l h^2 (1 + s/6h + V/12lh).
+    ``causal=True``: the attention core counted over the causal half of the square (what
+    flash attention executes, FlashAttention papers' causal convention) -- at 128K on
+    Llama 3.1 405B the two differ by ~30%.
     """
     dense = model.layers - model.moe_layers
-    fwd = dense * layer_flops(model, global_batch, seq_len, False).total
+    half = 0.5 if causal else 1.0
+    lf = layer_flops(model, global_batch, seq_len, False)
+    fwd = dense * (lf.matmul + half * lf.attn_core)
     if model.moe_layers:
-        fwd += model.moe_layers * layer_flops(model, global_batch, seq_len, True).total
+        lm = layer_flops(model, global_batch, seq_len, True)
+        fwd += model.moe_layers * (lm.matmul + half * lm.attn_core)
     fwd += logits_flops(model, global_batch, seq_len)
     return 3.0 * fwd

@@ -5,7 +5,8 @@ K = 12 for mixed-precision Adam; Megatron-LM ``docs/source/api-guide/dist_optimi
 bf16 parameters with fp32 main gradients take 6 + 12/d bytes per parameter under the
 distributed optimizer):
 
-    weights   2 B/param (16-bit), +1 B with FP8 weight caches
+    weights   2 B/param (16-bit), +2 B with FP8 (Transformer Engine's cached FP8 weight and
+              its transpose; not persistent under ZeRO-3, where only gathered layers have them)
     gradients 4 B/param for bf16 (fp32 main grads), 2 B for fp16
     optimizer 12 B/param (fp32 master copy, Adam m and v)
 
@@ -43,11 +44,12 @@ __all__ = [
 
 def bytes_per_param(precision: str, zero: int, dp: int) -> dict[str, float]:
     """Model-state bytes per parameter held by one GPU, after ZeRO sharding over ``dp``."""
-    w = 2.0 + (1.0 if precision == "fp8" else 0.0)
+    fp8 = C.FP8_WEIGHT_COPY_BYTES_PER_PARAM if precision == "fp8" else 0.0
+    w = 2.0
     g = 2.0 if precision == "fp16" else 4.0
     o = 12.0
     return {
-        "weights": w / dp if zero >= 3 else w,
+        "weights": w / dp if zero >= 3 else w + fp8,
         "gradients": g / dp if zero >= 2 else g,
         "optimizer": o / dp if zero >= 1 else o,
     }
@@ -63,8 +65,19 @@ def activation_bytes_per_layer(
     recompute: str,
     flash_attention: bool,
     moe_layer: bool = False,
+    precision: str = "bf16",
+    moe_load: float = 1.0,
 ) -> float:
-    """Bytes one layer keeps for its backward pass, for one micro-batch, on one GPU."""
+    """Bytes one layer keeps for its backward pass, for one micro-batch, on one GPU.
+
+    ``precision="fp8"``: the saved inputs of linear layers (QKV input, out-projection input,
+    fc1 input, fc2 input) are FP8, 1 B per element (constants.FP8_ACTIVATION_BYTES); the
+    attention output is kept in 16-bit as well because flash attention's backward reads it.
+    ``moe_load``: routed-token multiplier of the busiest rank (compute.moe_load_factor).
+    Context parallelism divides every term by ``cp`` (each rank holds s/cp tokens; Megatron-core
+    context parallelism, Korthikanti's terms with s -> s/cp).
+    """
+    lin = C.FP8_ACTIVATION_BYTES if precision == "fp8" else 2.0
     s = seq_len / cp
     b = micro_batch
     h = model.hidden
@@ -75,9 +88,10 @@ def activation_bytes_per_layer(
     dropout = model.bias  # GPT-era models train with dropout; Llama-era models do not
     a_loc = model.heads / tp
     sbh = s * b * h
-    attn = 2 * sbh * u + 2 * sbh * u  # norm input, QKV input (norm output)
+    attn = 2 * sbh * u + lin * sbh * u  # norm input, QKV input (norm output)
     attn += 2 * s * b * (qw + kvw) / tp  # Q, K, V
-    attn += 2 * s * b * qw / tp  # out-projection input (= attention output)
+    attn += 2 * s * b * qw / tp  # attention output (flash backward; = out-projection input in 16-bit)
+    attn += s * b * qw / tp if precision == "fp8" else 0.0  # its FP8 copy saved by the out-projection
     attn += sbh * u if dropout else 0.0  # attention-output dropout mask
     if not flash_attention and recompute != "selective":
         attn += (5.0 if dropout else 2.0) * a_loc * s * seq_len * b  # softmax out, mask, dropout out
@@ -85,14 +99,14 @@ def activation_bytes_per_layer(
         attn += 4.0 * a_loc * s * b  # fp32 log-sum-exp per query row
     if model.moe is not None and moe_layer:
         moe = model.moe
-        f = moe.expert_ffn_hidden * (moe.top_k + moe.shared_experts) / tp
-        mlp_in = 2 * sbh * (moe.top_k + 1) * u  # norm output + dispatched copies
+        f = moe.expert_ffn_hidden * (moe.top_k * moe_load + moe.shared_experts) / tp
+        mlp_in = lin * sbh * (moe.top_k * moe_load + 1) * u  # norm output + dispatched copies
     else:
         f = model.ffn_hidden / tp
-        mlp_in = 2 * sbh * u
+        mlp_in = lin * sbh * u
     mlp = 2 * sbh * u + mlp_in  # norm input, fc1 input
     mlp += 2 * s * b * f * (2 if mlp_matrices(model) == 3 else 1)  # activation input(s)
-    mlp += 2 * s * b * f  # fc2 input
+    mlp += lin * s * b * f  # fc2 input
     mlp += sbh * u if dropout else 0.0
     return attn + mlp
 

@@ -5,6 +5,13 @@ count for tp x pp x dp x cp (x ep), tp inside the NVLink domain and dividing the
 micro-batch sizes dividing global_batch / dp, vpp dividing the layers per stage, three
 recompute levels, ZeRO 0-3 (capped), sequence parallelism on/off. ``fixed`` pins any field
 (the non-null fields of a scenario's ``parallel`` block).
+
+Modern dimensions (docs/cost_model_modern.md): context parallelism ``cp`` ranges over divisors
+of the GPU count up to ``max_cp`` with 2 cp dividing the sequence (load-balanced causal
+chunks, Megatron-core); expert parallelism ``ep`` over divisors of the expert count that
+divide dp x cp (experts are sharded over the data- and context-parallel ranks; expert tensor
+parallelism = tp). Precision (bf16 / fp16 / fp8) is the user's choice (``Job.precision``,
+``planner plan --precision fp8``), not searched: FP8 changes numerics, not just speed.
 """
 
 from __future__ import annotations
