@@ -4,8 +4,12 @@
 from planner.cli.app import app, main  # noqa: F401
 
 # Command modules (one line each; keep sorted).
+from planner.cli import catalog  # noqa: F401
 from planner.cli import collective  # noqa: F401
+from planner.cli import explain  # noqa: F401
 from planner.cli import launch  # noqa: F401
+from planner.cli import pictures  # noqa: F401
 from planner.cli import ps  # noqa: F401
+from planner.cli import schema  # noqa: F401
 from planner.cli import estimate  # noqa: F401,E402
 from planner.cli import plan  # noqa: F401,E402

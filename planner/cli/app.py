@@ -26,6 +26,24 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from planner import __version__  # noqa: PLC0415
+
+        typer.echo(f"planner {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", "-V", help="Print the version and exit.", callback=_version, is_eager=True),
+) -> None:
+    """Parallelism auto-planner for training large models: predict, search, emit launch configs.
+
+    Start with `planner plan` (a built-in example), then `planner plan --help`.
+    """
+
+
 def fail(message: str, code: int = 2) -> None:
     """Print one line on stderr and exit with ``code``."""
     typer.echo(f"error: {message}", err=True)

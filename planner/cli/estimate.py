@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
 from planner.cli import options as O
 from planner.cli.app import app
 from planner.cli.common import emit_json, fixed_from_flags, plan_document, setup_from_flags, setup_from_scenario
 from planner.errors import InputError, NoFeasiblePlan
-from planner.report.tables import console, estimate_table, validation_table
+from planner.report.tables import console, estimate_table, track, validation_table
 
 __all__ = ["estimate_cmd", "validate_cmd"]
 
@@ -57,6 +58,7 @@ def estimate_cmd(
     filled = sorted(k for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "sequence_parallel", "zero") if k not in setup.fixed)
     if json:
         doc = plan_document(setup, [best], None)
+        doc["schema"] = "planner-estimate/1"
         doc["filled"] = filled
         doc["predicted"] = doc["plans"][0]["predicted"]
         doc["parallel"] = doc["plans"][0]["parallel"]
@@ -64,8 +66,9 @@ def estimate_cmd(
     else:
         con = console()
         p = best.parallel
-        con.print(estimate_table(best.estimate, f"{setup.model.name} on {setup.cluster.num_gpus} x {setup.cluster.gpu.id}: "
-                                 f"tp={p.tp} pp={p.pp} dp={p.dp} cp={p.cp} mb={p.micro_batch_size} vpp={p.vpp} {p.recompute} zero={p.zero}"))
+        con.print(Text(f"{setup.model.name} on {setup.cluster.num_gpus} x {setup.cluster.gpu.id}: "
+                       f"tp={p.tp} pp={p.pp} dp={p.dp} cp={p.cp} mb={p.micro_batch_size} vpp={p.vpp} {p.recompute} zero={p.zero}", style="bold"))
+        con.print(estimate_table(best.estimate))
         if filled:
             con.print(f"chosen by the planner: {', '.join(f'{k}={getattr(p, k)}' for k in filled)}")
     if not best.estimate.fits:
@@ -85,9 +88,10 @@ def validate_cmd(
       planner validate ../shared/validation/public_runs.json
     """
     from planner.loaders import load_runs  # noqa: PLC0415
-    from planner.validate import summary, validate_runs  # noqa: PLC0415
+    from planner.validate import fill_and_predict, summary  # noqa: PLC0415
 
-    results = validate_runs(load_runs(runs))
+    loaded = load_runs(runs)
+    results = [fill_and_predict(r) for r in track(loaded, "predicting runs", total=len(loaded))]
     s = summary(results)
     if s["n"] == 0:
         raise InputError(runs, "no run with measured.step_time_s", "at least one measured run")
@@ -95,5 +99,6 @@ def validate_cmd(
         emit_json({"schema": "planner-validate/1", "runs": [r.as_dict() for r in results], "summary": s})
     else:
         con = console()
+        con.print(Text("predicted vs measured step time", style="bold"))
         con.print(validation_table(results, s))
         con.print(f"mean absolute error {s['mape_pct']:.1f}%  max {s['max_abs_error_pct']:.1f}%  n={s['n']}")

@@ -9,7 +9,7 @@ import typer
 from planner.cli import options as O
 from planner.cli.app import app
 from planner.cli.common import emit_json, fixed_from_flags, plan_document, setup_from_flags, setup_from_scenario
-from planner.report.tables import console, plans_table
+from planner.report.tables import console, plans_view
 
 __all__ = ["plan_cmd"]
 
@@ -27,6 +27,7 @@ def plan_cmd(
     emit: Annotated[Optional[str], typer.Option("--emit", help="Also write launch files: megatron | deepspeed | torchtitan | slurm | all.")] = None,
     out: Annotated[Optional[str], typer.Option("--out", help="Folder for --emit files.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite existing files.")] = False,
+    explain: Annotated[bool, typer.Option("--explain", help="Explain the best plan: time and memory breakdown, changes that would help.")] = False,
 ) -> None:
     """Search parallel plans (tp, pp, dp, cp, micro-batch, interleaving, recompute, ZeRO, layer split) and rank them.
 
@@ -37,6 +38,7 @@ def plan_cmd(
       planner plan --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 -s 2048 -b 1536 --top 5
       planner plan --scenario runs.json --id my-run --json > plan.json
       planner plan --model llama3.1-8b --gpus 8 --emit all --out launch/
+      planner plan --model path/to/config.json --cluster dgx-h100-superpod --gpus 256 --explain
     """
     from planner.search.plan import plan  # noqa: PLC0415
     from planner.search.space import SearchOptions  # noqa: PLC0415
@@ -52,6 +54,13 @@ def plan_cmd(
     opts = SearchOptions(fixed=setup.fixed, allow_tp_across_nodes=allow_tp_across_nodes, flash_attention=setup.flash)
     result = plan(setup.model, setup.cluster, setup.job, top_k=top, options=opts)
     doc = plan_document(setup, result.plans, result.search_dict())
+    if explain:
+        from planner.report.explain import explain as explain_plan, render_explanation  # noqa: PLC0415
+
+        best = result.plans[0]
+        explanation = explain_plan(setup.model, setup.cluster, setup.job, best.parallel, result.flash_attention, best.estimate)
+        if json:
+            doc["explanation"] = explanation.as_dict()
     if emit:
         if not out:
             from planner.errors import InputError  # noqa: PLC0415
@@ -69,5 +78,8 @@ def plan_cmd(
     title = (f"{setup.model.name} on {c.num_gpus} x {c.gpu.id} ({c.num_nodes} nodes), seq {j.seq_len}, "
              f"batch {j.global_batch_size}, {j.precision}")
     con = console()
-    con.print(plans_table(result.plans, title))
+    con.print(plans_view(result.plans, title))
     con.print(f"{result.candidates} candidates, {result.evaluated} evaluated exactly, solver {result.solver}, {result.seconds:.2f} s")
+    if explain:
+        con.print()
+        con.print(render_explanation(explanation, "plan 1"))

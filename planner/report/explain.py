@@ -1,0 +1,227 @@
+"""Why a plan takes the time and memory it does, and which single changes would help most.
+
+* Step time: every exposed term of :attr:`Estimate.time_breakdown_s` (they add up to the step
+  time), with the link each kind of communication crosses and how much of it is hidden
+  behind compute (``Estimate.comm``: total vs exposed).
+* Memory: :attr:`Estimate.stages` per pipeline stage (consecutive identical stages merged).
+* Changes: the plan's neighbours (one knob moved: +/- one virtual stage, the next micro-batch
+  size up or down, recompute one level lighter or heavier, tp x2 with pp or dp / 2 and back,
+  pp x2 / dp / 2 and back, the next ZeRO stage, sequence parallelism toggled), each predicted
+  with :func:`planner.cost.estimate.estimate`; the fastest that fit come first, then the ones
+  that would not fit (with their peak memory).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from rich.console import Group
+from rich.text import Text
+
+from planner.cost.estimate import estimate
+from planner.cost.result import Estimate
+from planner.errors import InputError
+from planner.report.tables import GIB, compact_table, fmt_time, gib, short_link
+from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
+
+__all__ = ["TimeRow", "Change", "Explanation", "time_rows", "neighbours", "changes", "explain", "render_explanation"]
+
+_TERMS = (  # breakdown key, label, comm kind (for the link and the hidden part)
+    ("compute_s", "compute (fwd + bwd)", None),
+    ("recompute_s", "recompute", None),
+    ("tp_comm_exposed_s", "tensor-parallel comm", "tp"),
+    ("cp_comm_exposed_s", "context-parallel comm", "cp"),
+    ("ep_comm_exposed_s", "expert all-to-all", "ep"),
+    ("pp_comm_exposed_s", "pipeline send/recv", "pp"),
+    ("bubble_s", "pipeline bubble", None),
+    ("dp_comm_exposed_s", "data-parallel/ZeRO comm", "dp"),
+    ("optimizer_s", "optimizer step", None),
+    ("embedding_sync_s", "embedding sync", None),
+    ("overhead_s", "step overhead", None),
+)
+
+
+@dataclass(frozen=True)
+class TimeRow:
+    label: str
+    exposed_s: float
+    hidden_s: float  # communication overlapped with compute (0 for non-communication terms)
+    link: str
+
+
+@dataclass(frozen=True)
+class Change:
+    label: str
+    parallel: ParallelConfig
+    estimate: Estimate
+    delta_s: float  # new step time - old step time
+
+    @property
+    def fits(self) -> bool:
+        return self.estimate.fits
+
+
+@dataclass(frozen=True)
+class Explanation:
+    parallel: ParallelConfig
+    estimate: Estimate
+    rows: list[TimeRow]
+    changes: list[Change]
+
+    def as_dict(self) -> dict:
+        return {
+            "time": [{"term": r.label, "exposed_s": r.exposed_s, "hidden_s": r.hidden_s, "link": r.link} for r in self.rows],
+            "changes": [{"change": c.label, "step_time_s": c.estimate.step_time_s, "delta_s": c.delta_s, "fits": c.fits,
+                         "memory_peak_bytes": c.estimate.memory_peak_bytes} for c in self.changes],
+        }
+
+
+def time_rows(e: Estimate) -> list[TimeRow]:
+    """The step-time terms that are not zero (or are hidden communication), in a fixed order."""
+    comm = {c["kind"]: c for c in e.comm}
+    rows = []
+    for key, label, kind in _TERMS:
+        exposed = e.time_breakdown_s.get(key, 0.0)
+        c = comm.get(kind) if kind else None
+        hidden = max(0.0, c["time_s"] - c["exposed_s"]) if c else 0.0
+        if exposed > 0 or hidden > 0:
+            rows.append(TimeRow(label, exposed, hidden, short_link(c["link"]) if c else ""))
+    return rows
+
+
+def _fmt(par: ParallelConfig) -> str:
+    return f"tp={par.tp} pp={par.pp} dp={par.dp} cp={par.cp}" + (f" ep={par.ep}" if par.ep > 1 else "") + \
+        f" mb={par.micro_batch_size} vpp={par.vpp} recompute={par.recompute} zero={par.zero}"
+
+
+def neighbours(par: ParallelConfig) -> list[tuple[str, dict]]:
+    """One-knob moves from ``par``: (label, fields to replace). Validity is checked by the caller."""
+    out: list[tuple[str, dict]] = []
+    if par.pp > 1:
+        out.append((f"vpp {par.vpp} -> {par.vpp + 1}", {"vpp": par.vpp + 1}))
+        if par.vpp > 1:
+            out.append((f"vpp {par.vpp} -> {par.vpp - 1}", {"vpp": par.vpp - 1}))
+    mb = par.micro_batch_size
+    out.append((f"micro-batch {mb} -> {2 * mb}", {"micro_batch_size": 2 * mb}))
+    if mb > 1:
+        out.append((f"micro-batch {mb} -> {mb // 2}", {"micro_batch_size": mb // 2}))
+    levels = ("none", "selective", "full")
+    i = levels.index(par.recompute)
+    if i > 0:
+        out.append((f"recompute {par.recompute} -> {levels[i - 1]}", {"recompute": levels[i - 1]}))
+    if i < 2:
+        out.append((f"recompute {par.recompute} -> {levels[i + 1]}", {"recompute": levels[i + 1]}))
+    for a, b in (("tp", "pp"), ("tp", "dp"), ("pp", "dp"), ("cp", "dp")):
+        x, y = getattr(par, a), getattr(par, b)
+        if y % 2 == 0:
+            out.append((f"{a} x2, {b} /2 ({a}={2 * x}, {b}={y // 2})", {a: 2 * x, b: y // 2}))
+        if x % 2 == 0:
+            out.append((f"{a} /2, {b} x2 ({a}={x // 2}, {b}={2 * y})", {a: x // 2, b: 2 * y}))
+    if par.zero < 3:
+        out.append((f"ZeRO {par.zero} -> {par.zero + 1}", {"zero": par.zero + 1}))
+    if par.zero > 0:
+        out.append((f"ZeRO {par.zero} -> {par.zero - 1}", {"zero": par.zero - 1}))
+    if par.tp > 1:
+        sp = par.sequence_parallel
+        out.append((f"sequence parallel {'off' if sp else 'on'}", {"sequence_parallel": not sp}))
+    return out
+
+
+def _try(model, cluster, job, par: ParallelConfig, flash: bool, fields: dict) -> tuple[ParallelConfig, Estimate] | None:
+    """The neighbour's estimate, or None when the engines would reject it. A changed pp drops
+    the layer split and the interleaving it can no longer divide."""
+    attempts = []
+    if "pp" in fields:
+        attempts = [{**fields, "layers_per_stage": None}, {**fields, "layers_per_stage": None, "vpp": 1}]
+    else:
+        attempts = [fields, {**fields, "layers_per_stage": None}]
+    for f in attempts:
+        try:
+            cand = replace(par, **f)
+            if cand.vpp == 1 and cand.schedule == "interleaved":
+                cand = replace(cand, schedule="1f1b")
+            return cand, estimate(model, cluster, job, cand, flash_attention=flash)
+        except InputError:
+            continue
+    return None
+
+
+def changes(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, flash: bool,
+            base: Estimate, k: int = 3) -> list[Change]:
+    """The ``k`` most helpful one-knob changes: fastest that fit first, then those that do not."""
+    seen = set()
+    found: list[Change] = []
+    for label, fields in neighbours(par):
+        got = _try(model, cluster, job, par, flash, fields)
+        if got is None or got[0] in seen:
+            continue
+        seen.add(got[0])
+        found.append(Change(label, got[0], got[1], got[1].step_time_s - base.step_time_s))
+    found.sort(key=lambda c: (not c.fits, c.estimate.step_time_s if c.fits else c.estimate.memory_peak_bytes, c.label))
+    return found[:k]
+
+
+def explain(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, flash: bool,
+            est: Estimate | None = None, k: int = 3) -> Explanation:
+    e = est or estimate(model, cluster, job, par, flash_attention=flash)
+    return Explanation(par, e, time_rows(e), changes(model, cluster, job, par, flash, e, k))
+
+
+def _time_table(x: Explanation):
+    e = x.estimate
+    t = compact_table()
+    for col, just in (("step time", "left"), ("exposed", "right"), ("share", "right"), ("hidden", "right"), ("link", "left")):
+        t.add_column(col, justify=just, no_wrap=col != "step time")
+    for r in x.rows:
+        t.add_row(r.label, fmt_time(r.exposed_s), f"{100 * r.exposed_s / e.step_time_s:.1f}%",
+                  fmt_time(r.hidden_s) if r.hidden_s > 0 else "", r.link)
+    t.add_row(Text("total", style="bold"), Text(fmt_time(e.step_time_s), style="bold"), "100%", "", "")
+    return t
+
+
+def _memory_table(e: Estimate):
+    t = compact_table()
+    for col in ("stage", "layers", "weights", "grads", "optim", "acts", "logits", "other", "total"):
+        t.add_column(col, justify="left" if col == "stage" else "right", no_wrap=True)
+    rows: list[list] = []
+    for s in e.stages:
+        vals = [str(s.layers), gib(s.weights_bytes), gib(s.gradients_bytes), gib(s.optimizer_bytes), gib(s.activations_bytes),
+                gib(s.logits_bytes), gib(s.buffers_bytes + s.reserve_bytes), gib(s.total_bytes)]
+        if rows and rows[-1][2] == vals:
+            rows[-1][1] = s.stage
+        else:
+            rows.append([s.stage, s.stage, vals, s.total_bytes])
+    for first, last, vals, total in rows:
+        style = "red" if total > e.memory_capacity_bytes else ("yellow" if total > 0.9 * e.memory_capacity_bytes else "")
+        t.add_row(str(first) if first == last else f"{first}-{last}", *vals[:-1], Text(vals[-1], style=style))
+    return t
+
+
+def render_explanation(x: Explanation, label: str = "plan") -> Group:
+    """Rich renderable: the time table, the memory table, and the changes, each under a title line."""
+    e = x.estimate
+    cap = e.memory_capacity_bytes
+    parts = [
+        Text(f"{label}: {_fmt(x.parallel)}", style="bold"),
+        Text(f"step {fmt_time(e.step_time_s)}, MFU {100 * e.mfu:.1f}%, bound by {e.bound}; "
+             f"{e.num_microbatches} micro-batches, layers per stage {list(e.layers_per_stage)}"),
+        Text(""),
+        Text("Where the step time goes (exposed: on the critical path; hidden: overlapped)", style="bold"),
+        _time_table(x),
+        Text(""),
+        Text(f"Memory per GPU by pipeline stage (GiB; capacity {cap / GIB:.1f} GiB, other = buffers + allocator reserve)", style="bold"),
+        _memory_table(e),
+        Text(""),
+        Text("Changes that would help most (one knob at a time, predicted)", style="bold"),
+    ]
+    if not x.changes:
+        parts.append(Text("  no valid neighbouring configuration"))
+    for i, c in enumerate(x.changes, 1):
+        ce = c.estimate
+        pct = 100 * c.delta_s / e.step_time_s
+        fit = f"fits, {gib(ce.memory_peak_bytes)} GiB" if c.fits else f"does NOT fit, {gib(ce.memory_peak_bytes)} GiB"
+        style = "green" if c.fits and c.delta_s < 0 else ("red" if not c.fits else "")
+        parts.append(Text(f"  {i}. {c.label}: step {fmt_time(ce.step_time_s)} ({pct:+.1f}%, {c.delta_s:+.3g} s), {fit}", style=style))
+    if x.changes and all(c.delta_s >= 0 or not c.fits for c in x.changes):
+        parts.append(Text("  no single change is faster and fits: the plan is a local optimum of the cost model"))
+    return Group(*parts)

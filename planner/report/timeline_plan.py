@@ -1,0 +1,189 @@
+"""From a plan document (``planner plan --json`` / ``planner estimate --json``) back to specs,
+and from one plan entry to its simulated pipeline schedule.
+
+Specs are rebuilt from the document's ``model``/``job``/``hardware`` blocks
+(:func:`planner.loaders.model_from_dict`, :func:`planner.loaders.make_cluster`), the entry's
+``parallel`` block and ``search.flash_attention``. The document does not carry every link
+parameter of a custom cluster file (latency, efficiency, oversubscription), so
+:class:`PlanContext` re-predicts the step and callers can compare it with the stored one.
+
+Per-stage, per-micro-batch durations come from :func:`planner.cost.estimate.layer_costs` and
+:func:`~planner.cost.estimate.stage_time_parts`: compute splits into forward and backward by
+the dense layer's own forward/backward times (the logits layer 1 : 2), tensor-parallel
+communication goes with the pass that issues it (2 all-reduces in forward, the exposed
+part of 2 in backward, 2 more in a full recompute), context/expert-parallel communication
+is split evenly over the passes that run it. Pipeline sends are the simulator's ``p2p``
+events. The simulated pipeline is followed, on every stage, by one ``dp_comm`` event and
+one ``optimizer`` event so that each stage's row adds up to the predicted step time:
+``optimizer`` is the predicted optimizer step, ``dp_comm`` the rest (exposed data-parallel
+and ZeRO communication, embedding sync, fixed step overhead, and the difference between the
+simulated pipeline and the closed form ``m t_max + (sum t_i - t_max) / v``, reported in
+:class:`PlanSchedule`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from planner import constants as C
+from planner.cost.estimate import default_flash, dense_counts, estimate, even_split, layer_costs
+from planner.cost.result import Estimate
+from planner.errors import InputError
+from planner.loaders import make_cluster, model_from_dict, parallel_from_dict
+from planner.report.schedule import Schedule, simulate_schedule
+from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
+
+__all__ = ["PLAN_SCHEMAS", "PlanContext", "PlanSchedule", "read_plan_document", "plan_context", "stage_phases", "plan_schedule"]
+
+PLAN_SCHEMAS = ("planner-plan/1", "planner-estimate/1")
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """One plan entry with the specs it was predicted for."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    job: Job
+    parallel: ParallelConfig
+    flash: bool
+    rank: int
+    entry: dict
+
+    @cached_property
+    def estimate(self) -> Estimate:
+        return estimate(self.model, self.cluster, self.job, self.parallel, flash_attention=self.flash)
+
+    @property
+    def stored_step_time_s(self) -> float | None:
+        return (self.entry.get("predicted") or {}).get("step_time_s")
+
+
+def read_plan_document(path: str | Path) -> dict:
+    """Read and check a plan document; one-line InputError when unreadable or of another schema."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError("PLAN", str(path), f"a readable plan file ({exc.strerror or exc})") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError("PLAN", str(path), f"JSON written by `planner plan --json` ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(doc, dict) or doc.get("schema") not in PLAN_SCHEMAS:
+        got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+        raise InputError(f"{path}.schema", got, " or ".join(PLAN_SCHEMAS) + " (written by `planner plan --json`)")
+    return doc
+
+
+def _block(doc: dict, key: str) -> dict:
+    v = doc.get(key)
+    if not isinstance(v, dict):
+        raise InputError(f"plan.{key}", v, "an object")
+    return v
+
+
+def plan_context(doc: dict, rank: int = 1) -> PlanContext:
+    """The entry ranked ``rank`` of a plan document, with rebuilt specs."""
+    plans = doc.get("plans")
+    if not isinstance(plans, list) or not plans:
+        raise InputError("plan.plans", plans, "a non-empty list of ranked plans")
+    entry = next((p for p in plans if isinstance(p, dict) and p.get("rank") == rank), None)
+    if entry is None:
+        raise InputError("--rank", rank, f"one of the ranks in the document {[p.get('rank') for p in plans if isinstance(p, dict)]}")
+    m = dict(_block(doc, "model"))
+    model = model_from_dict({k: v for k, v in m.items() if v is not None}, "plan.model")
+    j = _block(doc, "job")
+    try:
+        job = Job(j["seq_len"], j["global_batch_size"], j.get("precision", "bf16"))
+    except KeyError as exc:
+        raise InputError(f"plan.job.{exc.args[0]}", None, "a value") from None
+    hw = _block(doc, "hardware")
+    for key in ("gpu", "num_gpus"):
+        if key not in hw:
+            raise InputError(f"plan.hardware.{key}", None, "a value")
+    gpn = hw.get("gpus_per_node")
+    intra = {"domain_size": hw["nvlink_domain"]} if hw.get("nvlink_domain") and gpn and hw["nvlink_domain"] > gpn else None
+    cluster = make_cluster(hw["gpu"], hw["num_gpus"], gpn, hw.get("inter_node"), intra)
+    par_d = entry.get("parallel")
+    if not isinstance(par_d, dict):
+        raise InputError(f"plans[rank={rank}].parallel", par_d, "an object")
+    try:
+        par = parallel_from_dict(par_d)
+    except TypeError as exc:
+        raise InputError(f"plans[rank={rank}].parallel", par_d, f"ParallelConfig fields ({exc})") from None
+    flash = (doc.get("search") or {}).get("flash_attention")
+    return PlanContext(model, cluster, job, par, default_flash(job) if flash is None else bool(flash), rank, entry)
+
+
+def stage_phases(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, flash: bool) -> tuple[list[dict], float]:
+    """Per stage ``{"fwd_s", "bwd_s", "recompute_s", "pp_comm_s"}`` for one micro-batch (all of
+    the rank's virtual stages together), and the seconds of one pipeline send."""
+    costs = layer_costs(model, cluster, job, par, flash)
+    cost_d, cost_m, last_extra, pp_comm, raw = costs
+    lps = par.layers_per_stage or even_split(model.layers, par.pp)
+    dcounts = dense_counts(model, tuple(lps))
+    full = par.recompute == "full"
+    fwd_frac = (cost_d["compute"] - raw["bwd_dense_s"]) / cost_d["compute"] if cost_d["compute"] > 0 else 1 / 3
+    tp_f = 2 * raw["t_tp"]
+    tp_b = 2 * raw["t_tp"] * (1 - C.TP_BWD_OVERLAP_FRACTION)
+
+    def split(cost: dict) -> tuple[float, float, float]:
+        comp_f = cost["compute"] * fwd_frac
+        tp_r = max(0.0, cost["tp_comm"] - tp_f - tp_b) if full else 0.0  # the recomputed forward's all-reduces
+        rest = cost["cp_comm"] + cost["ep_comm"]
+        share = rest / (3 if full else 2)
+        return (comp_f + tp_f + share, cost["compute"] - comp_f + tp_b + share,
+                cost["recompute"] + tp_r + (share if full else 0.0))
+
+    per_d, per_m = split(cost_d), split(cost_m)
+    out = []
+    for i, n in enumerate(lps):
+        nd, nm = dcounts[i], n - dcounts[i]
+        f, b, r = (nd * per_d[k] + nm * per_m[k] for k in range(3))
+        if i == par.pp - 1:
+            f += last_extra / 3
+            b += last_extra * 2 / 3
+        out.append({"fwd_s": f, "bwd_s": b, "recompute_s": r, "pp_comm_s": pp_comm})
+    return out, (raw["t_p2p"] if par.pp > 1 else 0.0)
+
+
+@dataclass(frozen=True)
+class PlanSchedule:
+    schedule: Schedule
+    step_time_s: float          # predicted step time: every stage's row adds up to it
+    pipeline_sim_s: float       # end of the last simulated pipeline event
+    pipeline_model_s: float     # the cost model's closed form m t_max + (sum t_i - t_max) / v
+    optimizer_s: float
+    tail_s: float               # dp_comm + optimizer appended to every stage
+
+
+def _kind(par: ParallelConfig) -> str:
+    if par.vpp > 1:
+        return "interleaved"
+    return "gpipe" if par.schedule == "gpipe" else "1f1b"
+
+
+def plan_schedule(ctx: PlanContext) -> PlanSchedule:
+    """Simulate the entry's pipeline schedule; every stage's events add up to the predicted step time."""
+    est = ctx.estimate
+    par = ctx.parallel
+    phases, p2p = stage_phases(ctx.model, ctx.cluster, ctx.job, par, ctx.flash)
+    tiny = 1e-12  # a stage without layers still has a (zero-length) place in the order
+    kw = dict(
+        pp=par.pp, vpp=par.vpp, num_microbatches=est.num_microbatches, kind=_kind(par),
+        fwd_s=[max(tiny, s["fwd_s"]) for s in phases], bwd_s=[max(tiny, s["bwd_s"]) for s in phases],
+        recompute_s=[s["recompute_s"] for s in phases], p2p_s=p2p,
+    )
+    bare = simulate_schedule(**kw)
+    span = bare.makespan_s
+    m, v, t = est.num_microbatches, par.vpp, est.stage_times_s
+    model_pipe = m * max(t) + (sum(t) - max(t)) / v
+    step = est.step_time_s
+    tail = max(0.0, step - span)
+    opt = min(est.time_breakdown_s.get("optimizer_s", 0.0), tail)
+    sched = simulate_schedule(**kw, optimizer_s=opt, dp_exposed_s=tail - opt)
+    return PlanSchedule(sched, step, span, model_pipe, opt, tail)

@@ -1,0 +1,250 @@
+"""The terminal experience, driven as a user would: the default example through a pipe, a
+Hugging Face config.json, a YAML model, unknown names, presets, pictures, explanations, and
+every JSON output validated against the JSON Schema the package ships."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import planner.cli  # noqa: F401  (registers the commands)
+from planner import __version__
+from planner.cli.app import main
+from planner.presets import read_preset
+
+REPO = Path(__file__).resolve().parents[2]
+HF_8B = REPO / "tests" / "fixtures" / "hf" / "llama-3.1-8b.json"
+SMALL = ["--model", "llama3.1-8b", "--gpus", "16", "-b", "32"]
+
+
+def run(capsys, *args):
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def piped(*args: str) -> subprocess.CompletedProcess:
+    """``python -m planner ARGS`` with stdout/stderr pipes and no width or colour hints."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")}
+    return subprocess.run([sys.executable, "-m", "planner", *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+
+
+def assert_plain_80(text: str) -> None:
+    assert "\x1b" not in text, "ANSI escape in piped output"
+    assert "…" not in text, "a value was truncated"
+    for line in text.splitlines():
+        assert len(line) <= 80, f"{len(line)} columns: {line!r}"
+
+
+def table_rows(out: str) -> list[list[str]]:
+    """Rows of the plans table: lines that start with a rank."""
+    return [line.split() for line in out.splitlines() if line.strip() and line.split()[0].isdigit() and "/" in line]
+
+
+def test_default_example_through_a_pipe():
+    p = piped("plan")
+    assert p.returncode == 0, p.stderr
+    assert p.stderr == ""  # no progress bar or colour when stderr is not a terminal
+    out = p.stdout
+    assert_plain_80(out)
+    lines = out.splitlines()
+    assert lines[0].startswith("Llama 3.1 70B on 64 x h100-sxm5-80gb (8 nodes), seq 8192, batch 256")
+    header = lines[1].split()
+    assert header == ["#", "tp/pp/dp/cp", "mb", "x", "n", "v", "rec", "Z", "step", "tok/s", "MFU", "GiB/cap", "bound"]
+    rows = table_rows(out)
+    assert [int(r[0]) for r in rows] == list(range(1, 11))
+    for r in rows:
+        tp, pp, dp, cp = map(int, r[1].split("/"))
+        assert tp * pp * dp * cp == 64
+        mb, n = map(int, r[2].split("x"))
+        assert mb * n * dp == 256
+        assert int(r[3]) >= 1 and r[4] in ("-", "sel", "full") and r[5] in "0123"
+        assert r[7] in ("s", "ms") and float(r[6]) > 0  # "29.23 s"
+        assert r[8][-1] in "kM" and float(r[8][:-1]) > 0
+        assert r[9].endswith("%") and 0 < float(r[9][:-1]) < 100
+        peak, cap = map(float, r[10].split("/"))
+        assert peak <= cap == 80
+        assert r[11] in ("compute", "bubble", "memory") or r[11] in ("tp", "pp", "dp", "cp", "ep")
+    assert "candidates" in lines[-1]
+
+
+def test_plan_explain_prints_the_three_parts(capsys):
+    code, out, err = run(capsys, "plan", *SMALL, "--top", "3", "--explain")
+    assert code == 0, err
+    for heading in ("Where the step time goes", "Memory per GPU by pipeline stage", "Changes that would help most"):
+        assert heading in out
+    assert "compute (fwd + bwd)" in out and "total" in out
+    changes = [line for line in out.splitlines() if line.strip()[:3] in ("1. ", "2. ", "3. ")]
+    assert len(changes) == 3 and all("step " in c and "fit" in c for c in changes)
+
+
+def test_explain_command_on_a_plan_file(capsys, tmp_path):
+    code, out, _ = run(capsys, "plan", *SMALL, "--top", "3", "--json")
+    assert code == 0
+    path = tmp_path / "plan.json"
+    path.write_text(out)
+    code, out, err = run(capsys, "explain", str(path), "--rank", "2")
+    assert code == 0, err
+    assert "plan 2: tp=" in out and "note: re-predicted" not in out
+    code, _, err = run(capsys, "explain", str(path), "--rank", "9")
+    assert code == 2 and err.count("\n") == 1 and "--rank" in err
+
+
+def test_hf_config_json_model(capsys):
+    code, out, err = run(capsys, "plan", "--model", str(HF_8B), "--gpus", "8", "-b", "32", "--top", "3")
+    assert code == 0, err
+    assert len(table_rows(out)) == 3
+    code, out, err = run(capsys, "models", "show", str(HF_8B))
+    assert code == 0, err
+    assert "8.03 B" in out and "4096" in out and "swiglu" in out
+
+
+def test_yaml_model_file(capsys, tmp_path):
+    spec = {"name": "Tiny GPT", "layers": 12, "hidden": 1024, "heads": 16, "ffn_hidden": 4096, "vocab": 50304, "mlp": "gelu"}
+    path = tmp_path / "tiny.yaml"
+    path.write_text("\n".join(f"{k}: {v}" for k, v in spec.items()) + "\n")
+    code, out, err = run(capsys, "plan", "--model", str(path), "--gpus", "8", "-s", "2048", "-b", "64", "--top", "2")
+    assert code == 0, err
+    assert out.startswith("Tiny GPT on 8 x h100-sxm5-80gb")
+    code, out, err = run(capsys, "models", "show", str(path))
+    assert code == 0 and "Tiny GPT" in out
+
+
+@pytest.mark.parametrize("args, field, hint", [
+    (["plan", "--model", "lama3.1-70b"], "--model", "llama3.1-70b"),
+    (["plan", "--gpu", "h100-sxm"], "--gpu", "h100-sxm5-80gb"),
+    (["plan", "--cluster", "dgx-h100-superpd"], "--cluster", "dgx-h100-superpod"),
+    (["hw", "show", "h100-sxm5"], "hw", "h100-sxm5-80gb"),
+    (["models", "show", "mixtral-8x7"], "--model", "mixtral-8x7b"),
+    (["schema", "plna"], "NAME", "plan"),
+])
+def test_unknown_name_one_line_exit_2_with_suggestion(capsys, args, field, hint):
+    code, out, err = run(capsys, *args)
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith(f"error: {field}: ")
+    assert "did you mean" in err and hint in err
+
+
+def test_unknown_name_through_a_pipe():
+    p = piped("plan", "--model", "lama3.1-70b")
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.count("\n") == 1 and "did you mean llama3.1-70b" in p.stderr
+
+
+def test_presets_lists_fit_80_columns():
+    p = piped("models", "list")
+    assert p.returncode == 0, p.stderr
+    assert_plain_80(p.stdout)
+    assert "llama3.1-70b" in p.stdout and "deepseek-v3" in p.stdout
+    p = piped("hw", "list")
+    assert p.returncode == 0, p.stderr
+    assert_plain_80(p.stdout)
+    for heading in ("GPUs", "Fabrics", "Clusters"):
+        assert heading in p.stdout
+    assert "h100-sxm5-80gb" in p.stdout and "ndr-ib" in p.stdout and "dgx-h100-superpod" in p.stdout
+
+
+def test_hw_show_and_models_show(capsys):
+    code, out, _ = run(capsys, "hw", "show", "h100-sxm5-80gb")
+    assert code == 0 and "memory_gib" in out and "79.6" in out
+    code, out, _ = run(capsys, "hw", "show", "ndr-ib")
+    assert code == 0 and "gbps_per_nic" in out
+    code, out, _ = run(capsys, "models", "show", "llama3.1-70b")
+    assert code == 0 and "70.55 B" in out
+
+
+def test_version_and_help_examples(capsys):
+    code, out, _ = run(capsys, "--version")
+    assert code == 0 and out == f"planner {__version__}\n"
+    for cmd in (["plan"], ["estimate"], ["validate"], ["explain"], ["timeline"], ["chart", "memory"], ["chart", "scaling"],
+                ["models", "list"], ["models", "show"], ["hw", "list"], ["hw", "show"], ["schema"]):
+        code, out, _ = run(capsys, *cmd, "--help")
+        assert code == 0 and "Example" in out, cmd
+    code, out, _ = run(capsys, "--help")
+    assert "--install-completion" in out
+
+
+def _validator(name: str):
+    jsonschema = pytest.importorskip("jsonschema")
+    from planner.cli.schema import schema_text
+
+    schema = json.loads(schema_text(name))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def _runs_file(tmp_path: Path) -> Path:
+    model = read_preset("models", "llama3.1-8b")
+    runs = {"schema": "planner-runs/1", "runs": [
+        {"id": "a", "model": model, "job": {"seq_len": 8192, "global_batch_size": 32, "precision": "bf16"},
+         "hardware": {"gpu": "h100-sxm5-80gb", "num_gpus": 16}, "parallel": {"tp": 2, "pp": None},
+         "measured": {"step_time_s": 3.0}},
+        {"id": "b", "model": model, "job": {"seq_len": 4096, "global_batch_size": 64, "precision": "bf16"},
+         "hardware": {"gpu": "a100-sxm4-80gb", "num_gpus": 8}, "parallel": {}, "measured": {"step_time_s": 20.0}},
+    ]}
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps(runs))
+    return path
+
+
+def test_json_outputs_match_the_shipped_schemas(capsys, tmp_path):
+    code, out, err = run(capsys, "plan", *SMALL, "--top", "3", "--explain", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["schema"] == "planner-plan/1"
+    _validator("plan").validate(doc)
+    code, out, err = run(capsys, "estimate", *SMALL, "--tp", "2", "--pp", "2", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["schema"] == "planner-estimate/1"
+    _validator("estimate").validate(doc)
+    code, out, err = run(capsys, "validate", str(_runs_file(tmp_path)), "--json")
+    assert code == 0, err
+    assert err == ""  # no progress bar without a terminal
+    doc = json.loads(out)
+    assert doc["schema"] == "planner-validate/1" and len(doc["runs"]) == 2
+    _validator("validate").validate(doc)
+    code, out, _ = run(capsys, "schema", "estimate")
+    assert code == 0 and json.loads(out)["title"] == "planner-estimate/1"
+
+
+def test_pictures(capsys, tmp_path):
+    code, out, _ = run(capsys, "plan", *SMALL, "--pp", "4", "--vpp", "2", "--top", "2", "--json")
+    assert code == 0
+    plan = tmp_path / "plan.json"
+    plan.write_text(out)
+    svg, png = tmp_path / "t.svg", tmp_path / "t.png"
+    code, out, err = run(capsys, "timeline", str(plan), "--out", str(svg))
+    assert code == 0, err
+    assert svg.read_text().startswith("<svg") and "interleaved pp=4 vpp=2" in out
+    code, _, err = run(capsys, "timeline", str(plan), "--out", str(svg))
+    assert code == 2 and "--force" in err and err.count("\n") == 1
+    code, _, err = run(capsys, "timeline", str(plan), "--out", str(svg), "--force", "--rank", "2")
+    assert code == 0, err
+    code, _, err = run(capsys, "timeline", str(plan), "--out", str(png))
+    assert code == 0, err
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    code, _, err = run(capsys, "timeline", str(plan), "--out", str(tmp_path / "t.pdf"))
+    assert code == 2 and ".svg or .png" in err
+    mem = tmp_path / "m.svg"
+    code, out, err = run(capsys, "chart", "memory", str(plan), "--out", str(mem))
+    assert code == 0 and mem.read_text().lstrip().startswith("<?xml"), err
+    scaling = tmp_path / "s.png"
+    code, out, err = run(capsys, "chart", "scaling", "--model", "llama3.1-8b", "--gpus", "8,16", "-b", "32", "--out", str(scaling))
+    assert code == 0, err
+    assert scaling.read_bytes()[:4] == b"\x89PNG" and "GPUs" in out
+    code, _, err = run(capsys, "chart", "scaling", "--gpus", "8,x", "--out", str(tmp_path / "x.svg"))
+    assert code == 2 and "--gpus" in err
+
+
+def test_timeline_rejects_another_document(capsys, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"schema": "planner-validate/1"}))
+    code, _, err = run(capsys, "timeline", str(bad), "--out", str(tmp_path / "t.svg"))
+    assert code == 2 and err.count("\n") == 1 and "planner-plan/1" in err
