@@ -269,6 +269,8 @@ class Job:
         _choice("job.precision", self.precision, PRECISIONS)
         if self.seq_len > 16_777_216:
             raise InputError("job.seq_len", self.seq_len, "at most 16M tokens")
+        if self.global_batch_size > 16_777_216:
+            raise InputError("job.global_batch_size", self.global_batch_size, "at most 16,777,216 sequences per step")
 
     @property
     def tokens_per_step(self) -> int:
@@ -299,6 +301,7 @@ class ParallelConfig:
     schedule: str = "1f1b"
     zero_shard_degree: int | None = None
     overlap_grad_reduce: bool = True  # bucketed gradient reduction overlapped with backward
+    tp_comm_overlap: bool = False  # TP all-gather/reduce-scatter pipelined with GEMMs (needs SP)
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size"):
@@ -331,6 +334,6 @@ class ParallelConfig:
             "tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp, "ep": self.ep,
             "vpp": self.vpp, "micro_batch_size": self.micro_batch_size,
             "recompute": self.recompute, "sequence_parallel": self.sequence_parallel,
-            "zero": self.zero, "schedule": self.schedule,
+            "zero": self.zero, "schedule": self.schedule, "tp_comm_overlap": self.tp_comm_overlap,
             "layers_per_stage": list(self.layers_per_stage) if self.layers_per_stage else None,
         }

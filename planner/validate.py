@@ -71,7 +71,7 @@ def fill_and_predict(run: Run, opts: SearchOptions | None = None) -> RunResult:
     fixed = fixed_fields(run.parallel)
     base = opts or SearchOptions()
     opts = SearchOptions(fixed=fixed, allow_tp_across_nodes=True, max_micro_batch=base.max_micro_batch,
-                         flash_attention=base.flash_attention, uneven_split=base.uneven_split and not run.parallel.get("layers_per_stage"))
+                         flash_attention=base.flash_attention, generation=base.generation, uneven_split=base.uneven_split and not run.parallel.get("layers_per_stage"))
     try:
         best = plan(run.model, run.cluster, run.job, top_k=1, options=opts).plans[0]
         par, est = best.parallel, best.estimate

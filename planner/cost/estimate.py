@@ -72,7 +72,9 @@ def default_flash(job: Job) -> bool:
     Korthikanti 2022). So: flash for bf16 and fp8, unfused for fp16. Override it with
     ``flash_attention=`` (CLI ``--attention``).
     """
-    return job.precision != "fp16"
+    from planner.engines import default_generation, features  # noqa: PLC0415
+
+    return features(default_generation(job))["flash_attention"]
 
 
 def _per_rank_links(g):
@@ -82,10 +84,21 @@ def _per_rank_links(g):
     return GroupLinks(g.size, 1, g.size, g.intra, g.inter) if g.m > 1 else g
 
 
-@lru_cache(maxsize=16384)
 def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, flash: bool) -> tuple:
     """Per layer and micro-batch on one GPU: (dense costs, MoE costs, last-stage extra,
-    per-stage pipeline send/recv), each cost a dict of seconds by kind."""
+    per-stage pipeline send/recv, raw times), each cost a dict of seconds by kind.
+
+    Cached on the fields that matter (not ZeRO or the layer split), so the search reuses it."""
+    key = (par.tp, par.pp, par.dp, par.cp, par.ep, par.vpp, par.micro_batch_size, par.recompute,
+           par.sequence_parallel and par.tp > 1, par.tp_comm_overlap)
+    return _layer_costs(model, cluster, job, key, flash)
+
+
+@lru_cache(maxsize=65536)
+def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, flash: bool) -> tuple:
+    tp_, pp_, dp_, cp_, ep_, v_, mb_, rec_, sp_, tpo_ = key
+    par = ParallelConfig(tp=tp_, pp=pp_, dp=dp_, cp=cp_, ep=ep_, vpp=v_, micro_batch_size=mb_, recompute=rec_,
+                         sequence_parallel=sp_, tp_comm_overlap=tpo_)
     gpu = cluster.gpu
     prec = job.precision
     mb, s, tp, cp, v = par.micro_batch_size, job.seq_len, par.tp, par.cp, par.vpp
@@ -98,6 +111,15 @@ def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelC
     t_tp = tp_allreduce_time(links["tp"], act_bytes, sp)
     tp_fwd = 2 * t_tp
     tp_bwd = 2 * t_tp * (1 - C.TP_BWD_OVERLAP_FRACTION)
+    if par.tp_comm_overlap and sp:
+        # Transformer Engine's userbuffer overlap (Megatron-core --tp-comm-overlap) splits each
+        # sequence-parallel all-gather / reduce-scatter into chunks pipelined with the adjacent
+        # GEMM (Wang et al. 2022, "Overlap communication with dependent computation via
+        # decomposition", ASPLOS'23); both compete for SMs, so only the shared overlap
+        # efficiency of the shorter of the two is hidden.
+        eta = C.COMM_COMPUTE_OVERLAP_EFFICIENCY
+        tp_fwd = 2 * t_tp - eta * min(2 * t_tp, lt_d.fwd_gemm_s)
+        tp_bwd = 2 * t_tp - eta * min(2 * t_tp, lt_d.bwd_gemm_s)
     kv_chunk = 2 * mb * s / cp * kv_exchange_width(model, tp)  # 16-bit K and V of s/cp tokens
     t_cp_f = cp_ring_time(links["cp"], kv_chunk)
     # overlapped with the attention of the resident blocks (comm.cp_ring_exposed)
@@ -120,7 +142,8 @@ def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelC
 
     lg_f, lg_b = logits_times(model, gpu, prec, mb, s, tp, cp)
     t_p2p = p2p_time(links["pp"], act_bytes / tp)
-    raw = {"t_tp": t_tp, "t_cp": t_cp_f, "t_a2a": t_a2a, "t_p2p": t_p2p, "bwd_dense_s": lt_d.bwd_s}
+    raw = {"t_tp": t_tp, "t_cp": t_cp_f, "t_a2a": t_a2a, "t_p2p": t_p2p, "bwd_dense_s": lt_d.bwd_s,
+           "tp_fwd_exposed_s": tp_fwd, "tp_bwd_exposed_s": tp_bwd}
     return cost(lt_d, False), cost(lt_m, True), lg_f + lg_b, (2 * v * t_p2p if par.pp > 1 else 0.0), raw
 
 

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from planner import constants as C
 from planner.cost.estimate import default_flash, dense_counts, estimate, even_split, layer_costs
 from planner.cost.result import Estimate
 from planner.errors import InputError
@@ -128,8 +127,8 @@ def stage_phases(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parallel
     dcounts = dense_counts(model, tuple(lps))
     full = par.recompute == "full"
     fwd_frac = (cost_d["compute"] - raw["bwd_dense_s"]) / cost_d["compute"] if cost_d["compute"] > 0 else 1 / 3
-    tp_f = 2 * raw["t_tp"]
-    tp_b = 2 * raw["t_tp"] * (1 - C.TP_BWD_OVERLAP_FRACTION)
+    tp_f = raw["tp_fwd_exposed_s"]  # exposed tensor-parallel time of one layer's forward
+    tp_b = raw["tp_bwd_exposed_s"]
 
     def split(cost: dict) -> tuple[float, float, float]:
         comp_f = cost["compute"] * fwd_frac

@@ -17,17 +17,27 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 
-from planner.cost.estimate import Estimate, default_flash, estimate, layer_costs, stage_time_parts
+from planner.cost.estimate import Estimate, estimate, layer_costs, stage_time_parts
 from planner.cost.flops import embedding_params, layer_params
 from planner.cost.memory import bytes_per_param
-from planner.errors import InputError, NoFeasiblePlan
+from planner.engines import default_generation, features
+from planner.errors import InputError, NoFeasiblePlan, SolverFailure
 from planner.search.space import SearchOptions, candidate_tuples, to_parallel
 from planner.search.split import optimal_split, solver_name
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
-__all__ = ["Plan", "PlanResult", "plan", "SPLIT_MIN_GAIN"]
+__all__ = ["Plan", "PlanResult", "plan", "SPLIT_MIN_GAIN", "DEFAULT_TIME_LIMIT_S", "TIME_LIMIT_S", "MAX_CANDIDATES"]
+
+# Wall-clock limit of one whole search (enumeration, bounds, exact estimates, layer-split
+# programs). When it hits, plan() raises SolverFailure carrying the best plans found so far
+# (CLI exit 3). The CLI sets TIME_LIMIT_S from --time-limit; plan(time_limit_s=...) overrides.
+DEFAULT_TIME_LIMIT_S = 30.0
+# Candidates enumerated before the search gives up with InputError (bounds memory: ~150 bytes each).
+MAX_CANDIDATES = 500_000
+TIME_LIMIT_S: ContextVar[float] = ContextVar("planner_time_limit_s", default=DEFAULT_TIME_LIMIT_S)
 
 # An uneven split is sought only when it could shorten the step by more than this fraction
 # (or when the even split does not fit): smaller gains are below the model's resolution.
@@ -69,30 +79,46 @@ class PlanResult:
         }
 
 
-def _states_lower_bound(model: ModelSpec, par: ParallelConfig, precision: str) -> float:
-    """Model-state bytes per GPU on the most loaded stage, ignoring activations (a lower bound)."""
+def _states_bound_fn(model: ModelSpec, precision: str):
+    """A fast function (tp, pp, dp, cp, ep, zero) -> model-state bytes per GPU on the most loaded
+    stage, ignoring activations (a lower bound of the peak memory)."""
     per_layer = layer_params(model, moe_layer=model.moe is not None)
-    dense = (per_layer["attention"] + per_layer["mlp"]) / par.tp + per_layer["norms"]
-    experts = per_layer["experts"] / (par.tp * par.ep)
-    emb = embedding_params(model)["embedding"] / par.tp
-    layers = math.ceil(model.layers / par.pp)
-    shard = par.dp * par.cp
-    bpp = sum(bytes_per_param(precision, par.zero, shard).values())
-    bpp_e = sum(bytes_per_param(precision, par.zero, max(1, shard // par.ep)).values())
-    first = layers * dense + (emb if par.pp > 1 else emb * (1 if model.tied_embeddings else 2))
-    return first * bpp + layers * experts * bpp_e
+    dense_full = per_layer["attention"] + per_layer["mlp"]
+    emb_full = embedding_params(model)["embedding"]
+    bpp_cache: dict = {}
+
+    def bpp(zero: int, shard: int) -> float:
+        if (zero, shard) not in bpp_cache:
+            bpp_cache[(zero, shard)] = sum(bytes_per_param(precision, zero, shard).values())
+        return bpp_cache[(zero, shard)]
+
+    def bound(tp: int, pp: int, dp: int, cp: int, ep: int, zero: int) -> float:
+        dense = dense_full / tp + per_layer["norms"]
+        experts = per_layer["experts"] / (tp * ep)
+        emb = emb_full / tp
+        layers = -(-model.layers // pp)
+        shard = dp * cp
+        first = layers * dense + (emb if pp > 1 else emb * (1 if model.tied_embeddings else 2))
+        return first * bpp(zero, shard) + layers * experts * bpp(zero, max(1, shard // ep))
+
+    return bound
 
 
-def _time_lower_bound(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, flash: bool) -> float:
+def _per_layer_time(model: ModelSpec, cluster: ClusterSpec, job: Job, lk: tuple, flash: bool) -> float:
+    """Seconds of one layer and micro-batch on one GPU: compute, recompute and the exposed
+    tensor/context/expert-parallel traffic (no pipeline send/recv)."""
+    tp, cp, ep, mb, rec, sp, tpo = lk
+    par = ParallelConfig(tp=tp, cp=cp, ep=ep, dp=max(ep, 1), micro_batch_size=mb, recompute=rec, sequence_parallel=sp, tp_comm_overlap=tpo)
     costs = layer_costs(model, cluster, job, par, flash)
-    m = par.num_microbatches(job.global_batch_size)
-    per_layer = sum(stage_time_parts(costs, 1, 1 if model.moe is None else 0, False).values()) - costs[3]
-    # Every split has (m - 1/v) T + sum(t)/v >= sum(t) ((m - 1/v)/pp + 1/v), T >= mean stage.
-    v = par.vpp
-    return per_layer * model.layers * ((m - 1.0 / v) / par.pp + 1.0 / v)
+    return sum(stage_time_parts(costs, 1, 1 if model.moe is None else 0, False).values()) - costs[3]
 
 
 _REC = {"none": 0, "selective": 1, "full": 2}
+
+
+def _tuple_key(t: tuple) -> tuple:
+    tp, pp, dp, cp, ep, v, mb, rec, sp, z, tpo = t
+    return (cp, ep, v, tp, pp, dp, mb, _REC[rec], not sp, z, ())
 
 
 def _key(par: ParallelConfig) -> tuple:
@@ -108,33 +134,57 @@ def plan(
     job: Job,
     top_k: int = 10,
     options: SearchOptions | None = None,
+    time_limit_s: float | None = None,
 ) -> PlanResult:
     """The ``top_k`` fastest plans that fit, best first. Raises NoFeasiblePlan (with the nearest
-    miss and what would make it fit) when none does."""
-    if top_k < 1:
+    miss and what would make it fit) when none does, and SolverFailure (with the best plans found
+    so far) when the search runs past ``time_limit_s`` (default :data:`TIME_LIMIT_S`)."""
+    from planner.validation_rules import check_fixed, explain_no_candidates  # noqa: PLC0415
+
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise InputError("--top", top_k, "a positive integer")
+    limit = TIME_LIMIT_S.get() if time_limit_s is None else time_limit_s
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not (0 < limit < math.inf):
+        raise InputError("--time-limit", limit, "a positive finite number of seconds")
     t0 = time.perf_counter()
+    deadline = t0 + limit
     opts = options or SearchOptions()
-    flash = default_flash(job) if opts.flash_attention is None else opts.flash_attention
+    check_fixed(model, cluster, job, opts)
+    flash = features(opts.generation or default_generation(job))["flash_attention"] if opts.flash_attention is None else opts.flash_attention
     cap = cluster.gpu.memory_bytes
-    pool = list(candidate_tuples(model, cluster, job, opts))
+    pool = []
+    for t in candidate_tuples(model, cluster, job, opts):
+        pool.append(t)
+        if len(pool) % 1024 == 0:
+            if len(pool) > MAX_CANDIDATES:
+                raise InputError("parallel", f"more than {MAX_CANDIDATES:,} candidate configurations for {cluster.num_gpus:,} GPUs and {model.layers:,} layers",
+                                 "a bounded search: fix some of --tp, --pp, --dp, --cp, --mb, --recompute, --zero")
+            if time.perf_counter() > deadline:
+                raise _timed_out(limit, [], len(pool), 0, t0, flash, "enumerating candidates")
     if not pool:
-        raise InputError("parallel", opts.fixed or "(none fixed)", f"a configuration the engines accept for {cluster.num_gpus} GPUs (degrees multiplying to the GPU count, heads divisible by tp, batch divisible by micro-batch x dp)")
+        raise explain_no_candidates(model, cluster, job, opts)
     nearest: tuple | None = None  # (bytes, estimate or None, parallel)
-    lb_cache: dict = {}
+    states_of = _states_bound_fn(model, job.precision)
+    per_layer_cache: dict = {}
     bounded = []
-    for t in pool:
-        par = to_parallel(t)
-        states = _states_lower_bound(model, par, job.precision)
+    for i, t in enumerate(pool):
+        if i % 256 == 0 and time.perf_counter() > deadline:
+            raise _timed_out(limit, [], len(pool), 0, t0, flash, "bounding")
+        tp, pp, dp, cp, ep, v, mb, rec, sp, z, tpo = t
+        states = states_of(tp, pp, dp, cp, ep, z)
         if states > cap:
             if nearest is None or states < nearest[0]:
-                nearest = (states, None, par)
+                nearest = (states, None, to_parallel(t))
             continue
-        lk = t[:9]
-        if lk not in lb_cache:
-            lb_cache[lk] = _time_lower_bound(model, cluster, job, par, flash)
-        bounded.append((lb_cache[lk], t, par))
-    bounded.sort(key=lambda x: (x[0], _key(x[2])))
+        lk = (tp, cp, ep, mb, rec, sp, tpo)  # what the per-layer time depends on
+        if lk not in per_layer_cache:
+            per_layer_cache[lk] = _per_layer_time(model, cluster, job, lk, flash)
+        m = job.global_batch_size // (mb * dp)
+        # Every split has (m - 1/v) T + sum(t)/v >= sum(t) ((m - 1/v)/pp + 1/v), T >= mean stage.
+        lb = per_layer_cache[lk] * model.layers * ((m - 1.0 / v) / pp + 1.0 / v)
+        bounded.append((lb, _tuple_key(t), t))
+    bounded.sort(key=lambda x: (x[0], x[1]))
+    bounded = [(lb, key, to_parallel(t)) for lb, key, t in bounded]
     kth: list[float] = []  # max-heap (negated) of the K best exact times so far
     found: list = []
     evaluated = 0
@@ -142,11 +192,13 @@ def plan(
     for lb, _, par in bounded:
         if len(kth) >= top_k and lb > -kth[0]:
             break
+        if time.perf_counter() > deadline:
+            raise _timed_out(limit, found, len(pool), evaluated, t0, flash, "ranking", top_k)
         evaluated += 1
         est = estimate(model, cluster, job, par, flash_attention=flash, validate=False)
         if par.pp > 1 and opts.uneven_split and _split_may_help(est, par, job, cap, kth, top_k):
             mip_solves += 1
-            split = optimal_split(model, cluster, job, par, flash, cap)
+            split = optimal_split(model, cluster, job, par, flash, cap, time_limit_s=max(0.01, deadline - time.perf_counter()))
             if split is not None and split != est.layers_per_stage:
                 par2 = replace(par, layers_per_stage=split)
                 est2 = estimate(model, cluster, job, par2, flash_attention=flash, validate=False)
@@ -169,12 +221,27 @@ def plan(
     return result
 
 
+def _timed_out(limit: float, found: list, candidates: int, evaluated: int, t0: float, flash: bool, phase: str, top_k: int = 1) -> SolverFailure:
+    """SolverFailure carrying a PlanResult of the plans found so far (possibly none)."""
+    ranked = sorted(found, key=lambda x: (x[0], x[1]))[:top_k]
+    plans = [Plan(i + 1, par, est) for i, (_, _, est, par) in enumerate(ranked)]
+    from planner.search import split as _split  # noqa: PLC0415
+
+    solver = _split._SOLVER[0][1] if _split._SOLVER else "none"  # no import of the solver just to name it
+    best = PlanResult(plans, solver, candidates, evaluated, time.perf_counter() - t0, flash,
+                      [f"time limit of {limit:g} s hit while {phase}; not proven best"])
+    what = (f"best so far: step {plans[0].estimate.step_time_s:.3g} s with tp={plans[0].parallel.tp} pp={plans[0].parallel.pp} "
+            f"dp={plans[0].parallel.dp} cp={plans[0].parallel.cp}") if plans else "no plan that fits found yet"
+    return SolverFailure(f"time limit of {limit:g} s hit after {evaluated} of {candidates} candidates evaluated ({what}); "
+                         "raise --time-limit or fix more fields", best=best)
+
+
 def _split_may_help(est: Estimate, par: ParallelConfig, job: Job, cap: float, kth: list, top_k: int) -> bool:
     """Whether an uneven layer split could make this candidate fit or enter the top K.
 
     The sum of stage times is the same for every split, so no split's step time is below
-    (m - 1/v) * mean(t_i) + sum(t_i)/v + the split-independent terms: the even-split time
-    minus (m - 1/v)(t_max - t_mean).
+    (m - 1/v) * mean(t_i) + sum(t_i)/v + the split-independent terms; the bound below also
+    credits the largest possible fall of the data-parallel and optimizer terms.
     """
     if not est.fits and est.memory_peak_bytes > 1.5 * cap:
         return False
@@ -189,9 +256,14 @@ def _split_may_help(est: Estimate, par: ParallelConfig, job: Job, cap: float, kt
     pp_comm = est.time_breakdown_s["pp_comm_exposed_s"] / max(1, m)
     a = max(0.0, t[light] - pp_comm) / max(1, lps[light])
     t_lb = max(sum(t) / len(t), min(max(t), t[light] + v * a))
-    # The data-parallel and optimizer terms also depend on the split, but by at most the
-    # parameters of the layers moved off the largest stage; they are left out of the bound.
-    gain = (m - 1.0 / v) * (max(t) - t_lb)
+    # The data-parallel and optimizer terms grow with the parameters of the largest stage, which
+    # no split brings below the mean (r = mean/max of the stages' parameters and layers). Both
+    # are convex and increasing in that stage's size, so each falls by at most (1 - r) times its
+    # full, unexposed time (tangent bound).
+    w = [st.weights_bytes for st in est.stages]
+    r = min((sum(w) / len(w)) / max(w) if max(w) > 0 else 1.0, (sum(lps) / len(lps)) / max(lps))
+    dp_total = next((c["time_s"] for c in est.comm if c["kind"] == "dp"), 0.0)
+    gain = (m - 1.0 / v) * (max(t) - t_lb) + (1 - r) * (dp_total + est.time_breakdown_s["optimizer_s"])
     if est.fits and gain <= SPLIT_MIN_GAIN * est.step_time_s:
         return False
     return len(kth) < top_k or est.step_time_s - gain < -kth[0]

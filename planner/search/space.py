@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+from planner.engines import default_generation, features
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
 __all__ = ["SearchOptions", "divisors", "candidates", "candidate_tuples", "to_parallel", "FIELDS"]
@@ -37,7 +38,8 @@ class SearchOptions:
     recompute: tuple[str, ...] = ("none", "selective", "full")
     max_vpp: int = 8
     max_cp: int = 64
-    flash_attention: bool | None = None  # None: planner.cost.estimate.default_flash
+    flash_attention: bool | None = None  # None: from the engine generation
+    generation: str | None = None  # legacy | modern; None: planner.engines.default_generation
     uneven_split: bool = True
 
 
@@ -59,14 +61,15 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: SearchOpt
 
 
 def to_parallel(t: tuple) -> ParallelConfig:
-    tp, pp, dp, cp, ep, v, mb, rec, sp, z = t
-    return ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=v, micro_batch_size=mb, recompute=rec, sequence_parallel=sp, zero=z)
+    tp, pp, dp, cp, ep, v, mb, rec, sp, z, tpo = t
+    return ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=v, micro_batch_size=mb, recompute=rec, sequence_parallel=sp, zero=z, tp_comm_overlap=tpo)
 
 
 def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: SearchOptions):
-    """Yield (tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, sequence_parallel, zero)."""
+    """Yield (tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, sequence_parallel, zero, tp_comm_overlap)."""
     n = cluster.num_gpus
     fx = opts.fixed
+    feats = features(opts.generation or default_generation(job))
     dom = cluster.nvlink_domain
     tps = [t for t in divisors(n) if model.heads % t == 0 and (model.is_mla or model.kv_heads % t == 0 or t % model.kv_heads == 0)]
     if not opts.allow_tp_across_nodes:
@@ -88,7 +91,7 @@ def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: Sea
         if model.moe is not None:
             eps = [e for e in divisors(model.moe.experts) if (dp * cp) % e == 0]
         eps = _pick(fx, "ep", eps)
-        sps = _pick(fx, "sequence_parallel", [True, False] if tp > 1 else [False])
+        sps = _pick(fx, "sequence_parallel", ([True, False] if feats["sequence_parallel"] else [False]) if tp > 1 else [False])
         zeros = _pick(fx, "zero", opts.zero_stages)
         recs = _pick(fx, "recompute", opts.recompute)
         if pp == 1:
@@ -105,4 +108,6 @@ def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: Sea
                 continue
             if z >= 2 and pp > 1:
                 continue  # Megatron/DeepSpeed pipelines accept ZeRO 0-1 only
-            yield (tp, pp, dp, cp, ep, v, mb, rec, sp, z)
+            # TP overlap only ever hides time, so it is on wherever the engine has it (needs SP).
+            tpo = fx.get("tp_comm_overlap", feats["tp_comm_overlap"]) and sp and tp > 1
+            yield (tp, pp, dp, cp, ep, v, mb, rec, sp, z, tpo)

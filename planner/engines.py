@@ -1,0 +1,38 @@
+"""Engine generations: which training-engine features a run can use when nobody says.
+
+The runs people publish come from two generations of engines, and the planner needs to know
+which one it is predicting when a field is unknown:
+
+* ``legacy`` (Megatron-LM 2020-2021, Megatron-DeepSpeed): fp16 training, Megatron's fused
+  scale-mask-softmax over the full s x s square (no flash attention), no sequence parallelism
+  (introduced by Korthikanti et al. 2022), tensor-parallel communication not overlapped with
+  GEMMs (Narayanan et al. 2021).
+* ``modern`` (Megatron-core with Transformer Engine, torchtitan, DeepSpeed since 2023): bf16
+  or fp8, flash attention (Dao et al. 2022/2023), sequence parallelism, tensor-parallel
+  all-gather / reduce-scatter pipelined with the GEMMs (``--tp-comm-overlap``).
+
+When the generation is not given it is inferred from the precision: FlashAttention reached
+the engines in 2023, after large-model training had moved from fp16 to bf16, so fp16 runs are
+legacy and bf16/fp8 runs modern. ``--generation`` overrides the inference.
+"""
+
+from __future__ import annotations
+
+from planner.errors import InputError
+from planner.specs import Job
+
+__all__ = ["GENERATIONS", "default_generation", "features"]
+
+GENERATIONS = ("legacy", "modern")
+
+
+def default_generation(job: Job) -> str:
+    return "legacy" if job.precision == "fp16" else "modern"
+
+
+def features(generation: str) -> dict[str, bool]:
+    """Feature switches of one engine generation."""
+    if generation not in GENERATIONS:
+        raise InputError("--generation", generation, "legacy or modern")
+    modern = generation == "modern"
+    return {"flash_attention": modern, "sequence_parallel": modern, "tp_comm_overlap": modern}
