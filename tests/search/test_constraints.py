@@ -1,0 +1,123 @@
+"""Every plan the search returns obeys every rule the engines enforce; results are
+deterministic and sorted.
+
+Rules checked independently of the package's own ``check_parallel`` (which is also called):
+degrees multiply to the GPU count; heads % tp; KV heads divisible by tp or tp by KV heads;
+tp inside the NVLink domain unless allowed across nodes; global batch % (mb * dp); seq %
+2 cp; interleaving needs m % pp and every stage's layers % vpp; ZeRO >= 2 only without a
+pipeline; experts % ep and (dp * cp) % ep; memory within capacity; layers per stage positive
+and summing to the layer count; fixed fields kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from planner import constants as C
+from planner.cost.estimate import check_parallel, estimate
+from planner.loaders import load_gpu, load_model, make_cluster
+from planner.search.plan import plan
+from planner.search.space import SearchOptions
+from planner.specs import Job, ModelSpec
+
+GIB = 2**30
+
+
+def _tiny_gpu(gib_free: float):
+    return dataclasses.replace(load_gpu("a100-sxm4-80gb"), memory_bytes=C.FRAMEWORK_BUFFER_BYTES + gib_free * GIB)
+
+
+SCENARIOS = {
+    "llama8b-16xh100-gqa": (lambda: load_model("llama3.1-8b"), lambda: make_cluster("h100-sxm5-80gb", 16), Job(8192, 64, "bf16"), SearchOptions()),
+    "gpt18b-64xa100-fp16": (lambda: load_model("gpt-18.4b"), lambda: make_cluster("a100-sxm4-80gb", 64), Job(2048, 256, "fp16"), SearchOptions()),
+    "mixtral-32xh100-moe": (lambda: load_model("mixtral-8x7b"), lambda: make_cluster("h100-sxm5-80gb", 32), Job(4096, 64, "bf16"), SearchOptions(max_micro_batch=2)),
+    "small-gpt-tight-memory": (
+        lambda: ModelSpec(name="g", layers=12, hidden=1024, heads=16, kv_heads=16, ffn_hidden=4096, vocab=51200),
+        lambda: make_cluster(_tiny_gpu(0.6), 16, 4), Job(2048, 32, "bf16"), SearchOptions()),
+    "4-per-node-tp-across": (
+        lambda: ModelSpec(name="g", layers=8, hidden=2048, heads=16, kv_heads=16, ffn_hidden=8192, vocab=32000),
+        lambda: make_cluster("a100-sxm4-80gb", 16, 4), Job(1024, 32, "fp16"), SearchOptions(allow_tp_across_nodes=True)),
+    "fixed-fields": (lambda: load_model("llama2-7b"), lambda: make_cluster("a100-sxm4-80gb", 32), Job(4096, 64, "bf16"),
+                     SearchOptions(fixed={"tp": 4, "recompute": "full"})),
+}
+
+
+_CACHE: dict = {}
+
+
+def _run(name: str):
+    if name not in _CACHE:
+        mk_model, mk_cluster, job, opts = SCENARIOS[name]
+        model, cluster = mk_model(), mk_cluster()
+        _CACHE[name] = (model, cluster, job, opts, plan(model, cluster, job, top_k=10, options=opts))
+    return _CACHE[name]
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_every_plan_satisfies_every_constraint(name):
+    model, cluster, job, opts, result = _run(name)
+    assert 1 <= len(result.plans) <= 10
+    for p in result.plans:
+        par, est = p.parallel, p.estimate
+        n = cluster.num_gpus
+        assert par.tp * par.pp * par.dp * par.cp == n
+        assert model.heads % par.tp == 0
+        assert model.kv_heads % par.tp == 0 or par.tp % model.kv_heads == 0
+        if not opts.allow_tp_across_nodes:
+            assert par.tp <= cluster.nvlink_domain
+        assert job.global_batch_size % (par.micro_batch_size * par.dp) == 0
+        m = job.global_batch_size // (par.micro_batch_size * par.dp)
+        assert est.num_microbatches == m
+        assert par.cp == 1 or job.seq_len % (2 * par.cp) == 0
+        lps = est.layers_per_stage
+        assert len(lps) == par.pp and sum(lps) == model.layers and all(x >= 1 for x in lps)
+        if par.layers_per_stage is not None:
+            assert tuple(par.layers_per_stage) == tuple(lps)
+        if par.vpp > 1:
+            assert par.pp > 1 and m % par.pp == 0
+            assert all(x % par.vpp == 0 for x in lps)
+            assert par.schedule == "interleaved"
+        if par.zero >= 2:
+            assert par.pp == 1
+        if par.ep > 1:
+            assert model.moe is not None and model.moe.experts % par.ep == 0 and (par.dp * par.cp) % par.ep == 0
+        assert par.micro_batch_size <= opts.max_micro_batch and par.vpp <= opts.max_vpp and par.cp <= opts.max_cp
+        assert par.zero in opts.zero_stages and par.recompute in opts.recompute
+        assert est.fits and est.memory_peak_bytes <= cluster.gpu.memory_bytes
+        assert est.memory_peak_bytes == max(st.total_bytes for st in est.stages)
+        for k, v in opts.fixed.items():
+            assert getattr(par, k) == v
+        check_parallel(model, cluster, job, par)  # the package's own rule check agrees
+        again = estimate(model, cluster, job, par, flash_attention=result.flash_attention)
+        assert again.step_time_s == est.step_time_s  # the reported estimate is the plan's own
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_sorted_ranked_unique(name):
+    _, _, _, _, result = _run(name)
+    times = [p.estimate.step_time_s for p in result.plans]
+    assert times == sorted(times)
+    assert [p.rank for p in result.plans] == list(range(1, len(result.plans) + 1))
+    keys = [tuple(sorted(p.as_dict()["parallel"].items(), key=lambda kv: kv[0])) for p in result.plans]
+    assert len({repr(k) for k in keys}) == len(keys)
+    assert all(math.isfinite(t) and t > 0 for t in times)
+    assert result.evaluated <= result.candidates
+
+
+@pytest.mark.parametrize("name", ["small-gpt-tight-memory", "4-per-node-tp-across", "llama8b-16xh100-gqa"])
+def test_deterministic(name):
+    model, cluster, job, opts, first = _run(name)
+    second = plan(model, cluster, job, top_k=10, options=opts)
+    assert [p.as_dict() for p in first.plans] == [p.as_dict() for p in second.plans]
+    assert (first.candidates, first.evaluated) == (second.candidates, second.evaluated)
+
+
+def test_tp_stays_in_domain_by_default():
+    model = ModelSpec(name="g", layers=8, hidden=2048, heads=16, kv_heads=16, ffn_hidden=8192, vocab=32000)
+    cluster = make_cluster("a100-sxm4-80gb", 16, 4)
+    job = Job(1024, 32, "fp16")
+    result = plan(model, cluster, job, top_k=10)
+    assert all(p.parallel.tp <= 4 for p in result.plans)

@@ -1,0 +1,68 @@
+"""Does the planner rank configurations the way the hardware does? vTrain's multi-node
+Megatron-DeepSpeed runs (shared/validation/vtrain_multi_runs.json, VTRAIN.md): four models,
+each measured in many (tp, pp, dp, micro-batch) configurations on the same A100 cluster.
+
+Per model: the configuration predicted fastest is within 5% of the measured fastest, and
+the Spearman rank correlation of predicted and measured step times is >= 0.8.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+RUNS = Path("/work/shared/validation/vtrain_multi_runs.json")
+
+pytestmark = pytest.mark.skipif(not RUNS.is_file(), reason=f"{RUNS} not present")
+
+# Measured 2026-11 with the cost model at commit 0dd3923 (Spearman, best-pick gap).
+XFAIL = {
+    "18.4B": "Spearman 0.786 < 0.8 (best-pick gap 4.5%): tp4-pp2 rows predicted 13-17% fast "
+             "(predicted fastest, measured 3rd), tp16 (across nodes) 22% fast",
+    "39.1B": "Spearman 0.675 < 0.8: tp2 with pp8/pp16 measured 20-35% slower than predicted "
+             "(e.g. tp2-pp16-dp16-mb2 23.75 s measured vs 15.47 s), tp4-pp8 mb2-4 11-16% fast",
+}
+GROUPS = ["3.6B", "18.4B", "39.1B", "175B"]
+
+
+def _spearman(x: list[float], y: list[float]) -> float:
+    from scipy.stats import spearmanr  # noqa: PLC0415
+
+    return float(spearmanr(x, y).correlation)
+
+
+@pytest.fixture(scope="module")
+def groups() -> dict:
+    from planner.loaders import load_runs  # noqa: PLC0415
+    from planner.validate import validate_runs  # noqa: PLC0415
+
+    out = defaultdict(list)
+    for r in validate_runs(load_runs(RUNS)):
+        size = re.search(r"-(\d+(?:\.\d+)?B)-", r.id).group(1)
+        out[size].append(r)
+    return out
+
+
+def test_groups_present(groups):
+    assert sorted(groups) == sorted(GROUPS)
+    assert {k: len(v) for k, v in groups.items()} == {"3.6B": 26, "18.4B": 15, "39.1B": 47, "175B": 21}
+
+
+@pytest.mark.parametrize("size", [
+    pytest.param(g, marks=pytest.mark.xfail(reason=XFAIL[g], strict=False)) if g in XFAIL else g for g in GROUPS
+])
+def test_ranking(groups, size):
+    rs = groups[size]
+    pred = [r.estimate.step_time_s for r in rs]
+    meas = [r.measured_step_time_s for r in rs]
+    # The fixed fields of each row are what was run: tp, pp, dp, micro-batch, full recompute, no vpp.
+    for r in rs:
+        assert r.parallel.recompute == "full" and r.parallel.vpp == 1
+    picked = min(rs, key=lambda r: (r.estimate.step_time_s, r.id))
+    gap = picked.measured_step_time_s / min(meas) - 1
+    rho = _spearman(pred, meas)
+    assert gap <= 0.05, f"{size}: predicted-best {picked.id} is {100 * gap:.1f}% slower than the measured best"
+    assert rho >= 0.8, f"{size}: Spearman {rho:.3f}"
