@@ -93,6 +93,8 @@ def _parallel_args(v: PlanView) -> list[str]:
         a += ["--expert-model-parallel-size", p.ep, "--expert-tensor-parallel-size", p.tp]
     if p.sequence_parallel and p.tp > 1:  # Megatron drops SP with a warning when TP == 1
         a.append("--sequence-parallel")
+        if p.tp_comm_overlap:  # TE userbuffer overlap of the SP all-gather/reduce-scatter (needs SP)
+            a.append("--tp-comm-overlap")
     return [str(x) for x in a]
 
 
