@@ -79,7 +79,7 @@ class PlanResult:
         }
 
 
-def _states_bound_fn(model: ModelSpec, precision: str):
+def _states_bound_fn(model: ModelSpec, precision: str, min_first: int = 1):
     """A fast function (tp, pp, dp, cp, ep, zero) -> model-state bytes per GPU on the most loaded
     stage, ignoring activations (a lower bound of the peak memory)."""
     per_layer = layer_params(model, moe_layer=model.moe is not None)
@@ -96,10 +96,16 @@ def _states_bound_fn(model: ModelSpec, precision: str):
         dense = dense_full / tp + per_layer["norms"]
         experts = per_layer["experts"] / (tp * ep)
         emb = emb_full / tp
-        layers = -(-model.layers // pp)
+        layers = -(-model.layers // pp)  # some stage holds at least this many layers
         shard = dp * cp
-        first = layers * dense + (emb if pp > 1 else emb * (1 if model.tied_embeddings else 2))
-        return first * bpp(zero, shard) + layers * experts * bpp(zero, max(1, shard // ep))
+        b, be = bpp(zero, shard), bpp(zero, max(1, shard // ep))
+        if pp == 1:
+            return (layers * dense + emb * (1 if model.tied_embeddings else 2)) * b + layers * experts * be
+        # An uneven split may give the first stage (which holds the embedding) fewer layers,
+        # but at least one; either that stage or the fullest one is the most loaded.
+        busiest = layers * dense * b + layers * experts * be
+        first = (min_first * dense + emb) * b + min_first * experts * be
+        return max(busiest, first)
 
     return bound
 
@@ -164,7 +170,7 @@ def plan(
     if not pool:
         raise explain_no_candidates(model, cluster, job, opts)
     nearest: tuple | None = None  # (bytes, estimate or None, parallel)
-    states_of = _states_bound_fn(model, job.precision)
+    states_of = _states_bound_fn(model, job.precision)  # valid for any layer split
     per_layer_cache: dict = {}
     bounded = []
     for i, t in enumerate(pool):
@@ -243,8 +249,6 @@ def _split_may_help(est: Estimate, par: ParallelConfig, job: Job, cap: float, kt
     (m - 1/v) * mean(t_i) + sum(t_i)/v + the split-independent terms; the bound below also
     credits the largest possible fall of the data-parallel and optimizer terms.
     """
-    if not est.fits and est.memory_peak_bytes > 1.5 * cap:
-        return False
     if par.vpp * par.pp == sum(est.layers_per_stage) or len(set(est.layers_per_stage)) == 1 and est.layers_per_stage[0] == par.vpp:
         return False  # one layer chunk per virtual stage: no other split exists
     t = est.stage_times_s
