@@ -16,6 +16,7 @@ import yaml
 from planner.constants import LINK_DEFAULTS
 from planner.errors import InputError
 from planner.presets import read_preset
+from planner import validation_rules as V
 from planner.specs import (
     ClusterSpec,
     GpuSpec,
@@ -85,6 +86,7 @@ def _int(d: dict, key: str, where: str, default: Any = None) -> int:
 # --- GPUs -------------------------------------------------------------------------------------
 
 def gpu_from_dict(d: dict, where: str = "gpu") -> GpuSpec:
+    V.check_mapping(d, V.GPU_SCHEMA, where)
     peaks = d.get("peak_tflops") or {}
     if not isinstance(peaks, dict) or not peaks:
         raise InputError(f"{where}.peak_tflops", peaks, "a mapping precision -> dense TFLOP/s")
@@ -116,10 +118,9 @@ def load_gpu(name_or_path: str) -> GpuSpec:
 # --- Models -----------------------------------------------------------------------------------
 
 def model_from_dict(d: dict, where: str = "model", strict: bool = True) -> ModelSpec:
-    if strict:
-        unknown = sorted(set(d) - _MODEL_KEYS)
-        if unknown:
-            raise InputError(f"{where}.{unknown[0]}", d[unknown[0]], "a known model field (" + ", ".join(sorted(_MODEL_KEYS - {'sources', 'source', 'notes', 'family', 'id'})) + ")")
+    if not isinstance(d, dict):
+        raise InputError(where, type(d).__name__, "a mapping of model fields")
+    V.check_mapping(d if strict else {k: v for k, v in d.items() if k in _MODEL_KEYS}, V.MODEL_SCHEMA, where)
     for key in ("layers", "hidden", "heads", "ffn_hidden", "vocab"):
         _int(d, key, where)
     moe = d.get("moe")
@@ -138,7 +139,7 @@ def model_from_dict(d: dict, where: str = "model", strict: bool = True) -> Model
         layers=d["layers"],
         hidden=d["hidden"],
         heads=d["heads"],
-        kv_heads=d.get("kv_heads") or d["heads"],
+        kv_heads=d["heads"] if d.get("kv_heads") is None else d["kv_heads"],
         ffn_hidden=d["ffn_hidden"],
         vocab=d["vocab"],
         mlp=d.get("mlp", "gelu"),
@@ -212,7 +213,13 @@ def make_cluster(
     name: str = "custom",
 ) -> ClusterSpec:
     g = load_gpu(gpu) if isinstance(gpu, str) else gpu
-    gpn = gpus_per_node or g.gpus_per_node
+    gpn = g.gpus_per_node if gpus_per_node is None else gpus_per_node
+    V.check_value("hardware.gpus_per_node", gpn, "gpn")
+    V.check_value("hardware.num_gpus", num_gpus, "gpus")
+    if inter_node is not None:
+        V.check_value("hardware.inter_node", inter_node, "inter")
+    if intra_node is not None:
+        V.check_value("hardware.intra_node", intra_node, "intra")
     intra = dict(intra_node or {})
     intra.setdefault("domain_size", max(gpn, int((intra_node or {}).get("domain_size", gpn))))
     return ClusterSpec(name=name, gpu=g, num_gpus=num_gpus, gpus_per_node=gpn, intra=_intra(g, intra), inter=_inter(inter_node))
@@ -222,8 +229,7 @@ def load_cluster(name_or_path: str, num_gpus: int | None = None) -> ClusterSpec:
     p = Path(name_or_path)
     d = read_mapping(p) if p.suffix in (".yaml", ".yml", ".json") or p.is_file() else read_preset("clusters", name_or_path)
     where = str(p) if p.is_file() else f"cluster[{name_or_path}]"
-    if "gpu" not in d:
-        raise InputError(f"{where}.gpu", None, "a GPU preset id")
+    V.check_mapping(d, V.CLUSTER_SCHEMA, where)
     return make_cluster(
         d["gpu"],
         num_gpus or _int(d, "num_gpus", where),
@@ -236,6 +242,7 @@ def load_cluster(name_or_path: str, num_gpus: int | None = None) -> ClusterSpec:
 
 # --- Runs files (schema planner-runs/1) ------------------------------------------------------
 
+_RUNS_FILE_KEYS = {"schema", "runs", "note", "notes", "description", "source", "sources"}
 _RUN_KEYS = {"id", "source", "model", "job", "hardware", "parallel", "measured", "notes"}
 _PARALLEL_KEYS = {
     "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "sequence_parallel",
@@ -258,11 +265,11 @@ class Run:
 
 
 def run_from_dict(r: dict, where: str = "run") -> Run:
-    unknown = sorted(set(r) - _RUN_KEYS)
-    if unknown:
-        raise InputError(f"{where}.{unknown[0]}", r[unknown[0]], "a planner-runs/1 field")
+    if not isinstance(r, dict):
+        raise InputError(where, type(r).__name__, "a mapping (one run)")
     rid = str(r.get("id", where))
     w = f"runs[{rid}]"
+    V.check_mapping(r, V.RUN_SCHEMA, w)
     for key in ("model", "job", "hardware"):
         if not isinstance(r.get(key), dict):
             raise InputError(f"{w}.{key}", r.get(key), "a mapping")
@@ -287,6 +294,9 @@ def run_from_dict(r: dict, where: str = "run") -> Run:
 
 def load_runs(path: str | Path) -> list[Run]:
     data = read_mapping(path)
+    for key in data:
+        if key not in _RUNS_FILE_KEYS:
+            raise InputError(f"{path}.{key}", data[key], "a planner-runs/1 top-level field (" + ", ".join(sorted(_RUNS_FILE_KEYS)) + ")")
     if data.get("schema") != "planner-runs/1":
         raise InputError(f"{path}.schema", data.get("schema"), "'planner-runs/1'")
     runs = data.get("runs")

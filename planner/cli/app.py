@@ -50,13 +50,54 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _time_limit(args: list[str]) -> tuple[list[str], float | None]:
+    """Take ``--time-limit SECONDS`` (or ``--time-limit=SECONDS``) out of ``args``: it bounds
+    every search the command runs (default 30 s; exit 3 with the best plan so far when hit)."""
+    rest, value = [], None
+    it = iter(range(len(args)))
+    for i in it:
+        a = args[i]
+        if a == "--":
+            rest.extend(args[i:])
+            break
+        if a == "--time-limit" or a.startswith("--time-limit="):
+            raw = a.split("=", 1)[1] if "=" in a else (args[i + 1] if i + 1 < len(args) else None)
+            if "=" not in a:
+                next(it, None)
+            try:
+                value = float(raw)  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                raise InputError("--time-limit", raw, "a positive number of seconds") from None
+            if not (0 < value < float("inf")):
+                raise InputError("--time-limit", raw, "a positive finite number of seconds")
+            continue
+        rest.append(a)
+    return rest, value
+
+
+def _print_partial(best: object) -> None:
+    """The best plans found before a time limit, one line each, on stdout."""
+    for p in getattr(best, "plans", None) or []:
+        par, est = p.parallel, p.estimate
+        typer.echo(
+            f"{p.rank}: tp={par.tp} pp={par.pp} dp={par.dp} cp={par.cp} ep={par.ep} vpp={par.vpp} mb={par.micro_batch_size} "
+            f"recompute={par.recompute} sp={par.sequence_parallel} zero={par.zero} layers_per_stage={list(est.layers_per_stage)} "
+            f"step {est.step_time_s:.4g} s, {est.memory_peak_bytes / 2**30:.1f} GiB per GPU"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: runs the app and maps exceptions to exit codes."""
     import planner.cli  # noqa: F401,PLC0415  (registers the commands)
+    from planner.search.plan import TIME_LIMIT_S  # noqa: PLC0415
 
     debug = "--debug" in (argv if argv is not None else sys.argv[1:]) or os.environ.get("PLANNER_DEBUG")
     args = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--debug"]
+    token = None
     try:
+        args, limit = _time_limit(args)
+        if limit is not None:
+            token = TIME_LIMIT_S.set(limit)
         app(args=args, prog_name="planner", standalone_mode=False)
     except InputError as exc:
         if debug:
@@ -74,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         typer.echo(f"solver: {exc}", err=True)
+        _print_partial(exc.best)
         return 3
     except typer.Exit as exc:
         return exc.exit_code
@@ -92,4 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         typer.echo(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for a traceback)", err=True)
         return 4
+    finally:
+        if token is not None:
+            TIME_LIMIT_S.reset(token)
     return 0

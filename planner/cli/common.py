@@ -39,7 +39,21 @@ def fixed_from_flags(**kw) -> dict:
     for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size"):
         if k in fixed and fixed[k] < 1:
             raise InputError(f"--{k.replace('_', '-')}", fixed[k], "a positive integer")
+        if k in fixed and fixed[k] > 10_000_000:
+            raise InputError(f"--{k.replace('_', '-')}", fixed[k], "at most 10,000,000")
     return fixed
+
+
+def _default(value, key: str):
+    """The flag's value, or the built-in default when the flag was not given (0 is a value)."""
+    return DEFAULTS[key] if value is None else value
+
+
+def _flag(name: str, value, kind: str) -> None:
+    if value is not None:
+        from planner.validation_rules import check_value  # noqa: PLC0415
+
+        check_value(name, value, kind)
 
 
 def _attention(flag: str | None) -> bool | None:
@@ -55,23 +69,35 @@ def setup_from_flags(
     nic_gbps: float | None, nics_per_node: int | None, network: str | None,
     seq_len: int | None, global_batch_size: int | None, precision: str | None, attention: str | None, fixed: dict,
 ) -> Setup:
-    model_id = model or DEFAULTS["model"]
+    model_id = _default(model, "model")
+    if not model_id:
+        raise InputError("--model", model_id, "a model preset id or a model file")
+    _flag("--gpus", gpus, "gpus")
+    _flag("--gpus-per-node", gpus_per_node, "gpn")
+    _flag("--nic-gbps", nic_gbps, "num+")
+    _flag("--nics-per-node", nics_per_node, "int+")
+    _flag("--seq-len", seq_len, "seq")
+    _flag("--global-batch-size", global_batch_size, "gbs")
     m = load_model(model_id)
-    if gpus is not None and gpus < 1:
-        raise InputError("--gpus", gpus, "a positive integer")
     if cluster:
         c = load_cluster(cluster, num_gpus=gpus)
         gpu_id = c.gpu.id
         if gpu and gpu != gpu_id:
             raise InputError("--gpu", gpu, f"the cluster's GPU ({gpu_id}) or nothing when --cluster is given")
     else:
-        gpu_id = gpu or DEFAULTS["gpu"]
+        gpu_id = _default(gpu, "gpu")
         inter = None
         if nic_gbps is not None or nics_per_node is not None or network is not None:
-            inter = {"kind": network or "infiniband", "gbps_per_nic": nic_gbps or 400, "nics_per_node": nics_per_node or 8}
-        c = make_cluster(gpu_id, gpus or DEFAULTS["gpus"], gpus_per_node, inter)
-    job = Job(seq_len or DEFAULTS["seq_len"], global_batch_size or DEFAULTS["global_batch_size"], precision or DEFAULTS["precision"])
+            if network is not None and network not in ("infiniband", "roce", "ethernet", "omnipath"):
+                raise InputError("--network", network, "one of infiniband, roce, ethernet, omnipath")
+            inter = {"kind": _none(network, "infiniband"), "gbps_per_nic": _none(nic_gbps, 400), "nics_per_node": _none(nics_per_node, 8)}
+        c = make_cluster(gpu_id, _default(gpus, "gpus"), gpus_per_node, inter)
+    job = Job(_default(seq_len, "seq_len"), _default(global_batch_size, "global_batch_size"), _default(precision, "precision"))
     return Setup(m, c, job, fixed, model_id, gpu_id, _attention(attention))
+
+
+def _none(value, default):
+    return default if value is None else value
 
 
 def setup_from_scenario(path: str, run_id: str | None, attention: str | None = None) -> Setup:

@@ -139,8 +139,12 @@ def optimal_split(
     flash: bool,
     capacity_bytes: float,
     aff: StageAffine | None = None,
+    time_limit_s: float | None = None,
 ) -> tuple[int, ...] | None:
-    """The layer split minimising the step time under memory, or None if no split fits."""
+    """The layer split minimising the step time under memory, or None if no split fits.
+
+    ``time_limit_s`` is passed to the solver (PuLP ``timeLimit``); a program stopped by it
+    returns its best integer split so far (callers re-check fit and time), or None."""
     import pulp  # noqa: PLC0415
 
     pp, v, L = par.pp, par.vpp, model.layers
@@ -174,8 +178,11 @@ def optimal_split(
             prob += D >= s_i
         prob += O >= ts * (aff.opt[i][0] * v * k[i] + aff.opt[i][1])
         prob += ms * (aff.mem[i][0] * v * k[i] + aff.mem[i][1]) <= ms * capacity_bytes
+    solver = _solver()[0]
+    solver.timeLimit = time_limit_s
     with _quiet():
-        status = prob.solve(_solver()[0])
-    if pulp.LpStatus[status] != "Optimal":
+        status = prob.solve(solver)
+    if pulp.LpStatus[status] != "Optimal" or any(x.value() is None for x in k):
         return None
-    return tuple(int(round(x.value())) * v for x in k)
+    split = tuple(int(round(x.value())) * v for x in k)
+    return split if sum(split) == L and min(split) >= v else None

@@ -1,0 +1,310 @@
+"""Validation at the edge: file schemas, and why no parallel configuration is admissible.
+
+Two jobs, both ending in :class:`planner.errors.InputError` (field, value, expected):
+
+* :func:`check_mapping` checks one mapping read from a file (model, GPU, cluster, runs file)
+  against a small hand-written schema before :mod:`planner.loaders` converts units: unknown
+  keys, missing keys, wrong types, zero / negative / NaN / absurd values.
+* :func:`explain_no_candidates` is called by the search when the candidate space is empty and
+  names the first engine rule that empties it (a fixed ``tp`` that does not divide the heads,
+  degrees that do not multiply to the GPU count, a batch that no data-parallel degree
+  divides, ...), in the order :mod:`planner.search.space` applies them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from planner.errors import InputError
+
+__all__ = [
+    "MODEL_SCHEMA",
+    "MOE_SCHEMA",
+    "GPU_SCHEMA",
+    "CLUSTER_SCHEMA",
+    "INTRA_SCHEMA",
+    "INTER_SCHEMA",
+    "RUN_SCHEMA",
+    "JOB_SCHEMA",
+    "HARDWARE_SCHEMA",
+    "PARALLEL_SCHEMA",
+    "MEASURED_SCHEMA",
+    "check_mapping",
+    "check_value",
+    "check_fixed",
+    "explain_no_candidates",
+]
+
+# --- value kinds -----------------------------------------------------------------------------
+# Each kind is (predicate, expectation). A trailing "?" in a schema entry allows null.
+
+
+def _is_num(v: object) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _bounded(pred: Callable[[object], bool], hi: float) -> Callable[[object], bool]:
+    return lambda v: pred(v) and v <= hi
+
+
+_KINDS: dict[str, tuple[Callable[[object], bool], str]] = {
+    "int+": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
+    "int0": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
+    "num+": (lambda v: _is_num(v) and v > 0, "a positive finite number"),
+    "num0": (lambda v: _is_num(v) and v >= 0, "a non-negative finite number"),
+    "frac": (lambda v: _is_num(v) and 0 < v <= 1, "a fraction in (0, 1]"),
+    "ratio>=1": (lambda v: _is_num(v) and v >= 1, "a ratio >= 1"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "str": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
+    "text": (lambda v: isinstance(v, (str, list)), "a string or a list of strings"),
+    "map": (lambda v: isinstance(v, dict), "a mapping"),
+    "list": (lambda v: isinstance(v, list), "a list"),
+    "any": (lambda v: True, "anything"),
+    # Plausibility caps: beyond these the input is a typo, and the search would not be bounded.
+    "layers": (_bounded(lambda v: _is_int(v) and v >= 1, 100_000), "a positive integer up to 100,000"),
+    "width": (_bounded(lambda v: _is_int(v) and v >= 1, 10_000_000), "a positive integer up to 10,000,000"),
+    "vocab": (_bounded(lambda v: _is_int(v) and v >= 1, 100_000_000), "a positive integer up to 100,000,000"),
+    "gpus": (_bounded(lambda v: _is_int(v) and v >= 1, 10_000_000), "a positive integer up to 10,000,000"),
+    "gpn": (_bounded(lambda v: _is_int(v) and v >= 1, 1_024), "a positive integer up to 1,024"),
+    "gib": (_bounded(lambda v: _is_num(v) and v > 0, 1e6), "a positive number of GiB up to 1,000,000"),
+    "seq": (_bounded(lambda v: _is_int(v) and v >= 1, 16_777_216), "a positive integer up to 16,777,216"),
+    "gbs": (_bounded(lambda v: _is_int(v) and v >= 1, 16_777_216), "a positive integer up to 16,777,216"),
+}
+
+
+def _choice(*options: str) -> tuple[Callable[[object], bool], str]:
+    return (lambda v: v in options, "one of " + ", ".join(options))
+
+
+MLP = _choice("gelu", "swiglu", "relu2")
+NORM = _choice("layernorm", "rmsnorm")
+PRECISION = _choice("fp16", "bf16", "fp8")
+INTRA_KIND = _choice("nvswitch", "nvlink", "pcie", "xgmi")
+INTER_KIND = _choice("infiniband", "roce", "ethernet", "omnipath")
+RECOMPUTE = _choice("none", "selective", "full")
+SCHEDULE = _choice("1f1b", "interleaved", "gpipe", "zb")
+ZERO = (lambda v: _is_int(v) and v in (0, 1, 2, 3), "0, 1, 2 or 3")
+INT_LIST = (lambda v: isinstance(v, list) and bool(v) and all(_is_int(x) and x >= 0 for x in v), "a list of non-negative integers")
+
+Schema = dict[str, Any]  # key -> kind name | (predicate, expectation) | nested Schema; "!" prefix = required
+
+MOE_SCHEMA: Schema = {
+    "!experts": "int+", "!top_k": "int+", "!expert_ffn_hidden": "width", "shared_experts": "int0",
+    "dense_layers": "int0", "capacity_factor": "num+?",
+}
+MODEL_SCHEMA: Schema = {
+    "!layers": "layers", "!hidden": "width", "!heads": "width", "kv_heads": "width?", "!ffn_hidden": "width",
+    "!vocab": "vocab", "mlp": MLP, "tied_embeddings": "bool?", "head_dim": "width?", "moe": "moe?", "bias": "bool",
+    "norm": NORM, "q_lora_rank": "int0?", "kv_lora_rank": "int0?", "qk_rope_head_dim": "int0?", "v_head_dim": "int0?",
+    "max_seq_len": "int+?", "id": "any", "name": "any", "sources": "any", "source": "any", "notes": "any",
+    "family": "any", "published_params_b": "num+?",
+}
+_PEAKS = (lambda v: isinstance(v, dict) and bool(v) and all(_is_num(x) and x > 0 for x in v.values()), "a mapping precision -> positive TFLOP/s")
+_CEIL = (lambda v: isinstance(v, dict) and all(_is_num(x) and 0 < x <= 1 for x in v.values()), "a mapping precision -> fraction in (0, 1]")
+GPU_SCHEMA: Schema = {
+    "!memory_gib": "gib", "!hbm_bandwidth_gbs": "num+", "!peak_tflops": _PEAKS, "matmul_ceiling": _CEIL,
+    "nvlink_gbs_per_direction": "num0?", "intra_node": INTRA_KIND, "nvlink_generation": "int0?",
+    "gpus_per_node": "gpn", "sm_count": "int+", "tdp_w": "num+", "id": "any", "name": "any", "sources": "any",
+    "notes": "any",
+}
+INTRA_SCHEMA: Schema = {"kind": INTRA_KIND, "gbs_per_direction": "num+", "latency_us": "num0", "efficiency": "frac", "domain_size": "gpus"}
+INTER_SCHEMA: Schema = {
+    "kind": INTER_KIND, "gbps_per_nic": "num+", "nics_per_node": "int+", "latency_us": "num0", "efficiency": "frac",
+    "oversubscription": "ratio>=1", "rail_optimized": "bool", "id": "any", "name": "any", "sources": "any", "notes": "any",
+}
+CLUSTER_SCHEMA: Schema = {
+    "!gpu": "str", "num_gpus": "gpus", "gpus_per_node": "gpn?", "inter_node": "inter?", "intra_node": "intra?",
+    "id": "any", "name": "any", "sources": "any", "notes": "any",
+}
+JOB_SCHEMA: Schema = {"!seq_len": "seq", "!global_batch_size": "gbs", "precision": PRECISION}
+HARDWARE_SCHEMA: Schema = {"!gpu": "str", "!num_gpus": "gpus", "gpus_per_node": "gpn?", "inter_node": "inter?", "intra_node": "intra?"}
+PARALLEL_SCHEMA: Schema = {
+    "tp": "int+?", "pp": "int+?", "dp": "int+?", "cp": "int+?", "ep": "int+?", "vpp": "int+?",
+    "micro_batch_size": "int+?", "recompute": RECOMPUTE, "sequence_parallel": "bool?", "zero": ZERO,
+    "schedule": SCHEDULE, "num_microbatches": "int+?", "layers_per_stage": INT_LIST, "zero_shard_degree": "int+?",
+}
+MEASURED_SCHEMA: Schema = {
+    "step_time_s": "num+?", "basis": "any", "tflops_per_gpu_reported": "num+?", "mfu_reported_pct": "num+?",
+    "memory_peak_bytes": "num+?", "memory_metric": "any",
+}
+RUN_SCHEMA: Schema = {
+    "id": "any", "source": "any", "notes": "any", "!model": "map", "!job": "job", "!hardware": "hardware",
+    "parallel": "parallel?", "measured": "measured?",
+}
+_NESTED: dict[str, Schema] = {
+    "moe": MOE_SCHEMA, "inter": INTER_SCHEMA, "intra": INTRA_SCHEMA, "job": JOB_SCHEMA,
+    "hardware": HARDWARE_SCHEMA, "parallel": PARALLEL_SCHEMA, "measured": MEASURED_SCHEMA,
+}
+# Choices may be null (= the default) as well.
+for _schema in (MODEL_SCHEMA, GPU_SCHEMA, INTRA_SCHEMA, INTER_SCHEMA, JOB_SCHEMA, PARALLEL_SCHEMA):
+    for _k, _v in list(_schema.items()):
+        if isinstance(_v, tuple):
+            _schema[_k] = (lambda p: (lambda v: v is None or p(v)))(_v[0]), _v[1]
+
+
+def check_value(field: str, value: object, kind: Any) -> None:
+    """Raise InputError when ``value`` is not of ``kind`` (a kind name, "name?" for nullable,
+    a (predicate, expectation) pair, or a nested schema name)."""
+    if isinstance(kind, tuple):
+        pred, expected = kind
+        if not pred(value):
+            raise InputError(field, value, expected)
+        return
+    nullable = kind.endswith("?")
+    name = kind.rstrip("?")
+    if value is None:
+        if nullable:
+            return
+        raise InputError(field, None, _KINDS[name][1] if name in _KINDS else "a mapping")
+    if name in _NESTED:
+        if not isinstance(value, dict):
+            raise InputError(field, value, "a mapping")
+        if value or name != "moe":
+            check_mapping(value, _NESTED[name], field)
+        return
+    pred, expected = _KINDS[name]
+    if not pred(value):
+        raise InputError(field, value, expected)
+
+
+def check_mapping(data: object, schema: Schema, where: str) -> None:
+    """Check a mapping read from a file: unknown keys, missing required keys, value kinds."""
+    if not isinstance(data, dict):
+        raise InputError(where, type(data).__name__, "a mapping")
+    keys = {k.lstrip("!"): v for k, v in schema.items()}
+    for key in data:
+        if key not in keys:
+            known = ", ".join(sorted(k for k, v in keys.items() if v != "any"))
+            raise InputError(f"{where}.{key}", data[key], f"a known field ({known})")
+    for raw, kind in schema.items():
+        key = raw.lstrip("!")
+        if key not in data:
+            if raw.startswith("!"):
+                raise InputError(f"{where}.{key}", None, "a value (required field missing)")
+            continue
+        check_value(f"{where}.{key}", data[key], kind)
+
+
+# --- why the candidate space is empty --------------------------------------------------------
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def check_fixed(model, cluster, job, opts) -> None:
+    """Raise InputError when a fixed field of ``opts`` (SearchOptions) breaks an engine rule on
+    its own, whatever the free fields: called before the search, names the specific rule."""
+    fixed = {k: v for k, v in (opts.fixed or {}).items() if v is not None}
+    allow_tp_across_nodes = opts.allow_tp_across_nodes
+    for name in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size"):
+        if name in fixed:
+            check_value(f"parallel.{name}", fixed[name], "int+")
+    if "zero" in fixed:
+        check_value("parallel.zero", fixed["zero"], ZERO)
+    if "recompute" in fixed:
+        check_value("parallel.recompute", fixed["recompute"], RECOMPUTE)
+    if "sequence_parallel" in fixed:
+        check_value("parallel.sequence_parallel", fixed["sequence_parallel"], "bool")
+    n = cluster.num_gpus
+    tp, pp, dp, cp, ep = (fixed.get(k) for k in ("tp", "pp", "dp", "cp", "ep"))
+    vpp, mb, sp, zero = (fixed.get(k) for k in ("vpp", "micro_batch_size", "sequence_parallel", "zero"))
+    for name, deg in (("tp", tp), ("pp", pp), ("dp", dp), ("cp", cp)):
+        if deg is not None and n % deg:
+            raise InputError(f"parallel.{name}", deg, f"a divisor of the GPU count ({n})")
+    if tp is not None:
+        if model.heads % tp:
+            raise InputError("parallel.tp", tp, f"a divisor of the attention heads ({model.heads})")
+        if not model.is_mla and model.kv_heads % tp and tp % model.kv_heads:
+            raise InputError("parallel.tp", tp, f"a divisor or multiple of the KV heads ({model.kv_heads})")
+        if not allow_tp_across_nodes and tp > cluster.nvlink_domain:
+            raise InputError("parallel.tp", tp, f"at most the NVLink domain ({cluster.nvlink_domain} GPUs), or --allow-tp-across-nodes")
+        if tp == 1 and sp:
+            raise InputError("parallel.sequence_parallel", sp, "false when tp = 1")
+    if cp is not None and cp > 1 and job.seq_len % (2 * cp):
+        raise InputError("parallel.cp", cp, f"2*cp dividing the sequence length ({job.seq_len})")
+    if pp is not None and pp > model.layers:
+        raise InputError("parallel.pp", pp, f"at most the layer count ({model.layers})")
+    if dp is not None and job.global_batch_size % dp:
+        raise InputError("parallel.dp", dp, f"a divisor of the global batch ({job.global_batch_size})")
+    if mb is not None:
+        if job.global_batch_size % mb:
+            raise InputError("parallel.micro_batch_size", mb, f"a divisor of the global batch ({job.global_batch_size})")
+        if dp is not None and job.global_batch_size % (mb * dp):
+            raise InputError("parallel.micro_batch_size", mb, f"micro_batch_size * dp ({mb}*{dp}) dividing the global batch {job.global_batch_size}")
+    if ep is not None and ep > 1:
+        if model.moe is None:
+            raise InputError("parallel.ep", ep, "1 for a dense model")
+        if model.moe.experts % ep:
+            raise InputError("parallel.ep", ep, f"a divisor of the experts ({model.moe.experts})")
+    if vpp is not None and vpp > 1:
+        if pp == 1:
+            raise InputError("parallel.vpp", vpp, "1 without pipeline parallelism (pp = 1)")
+        if pp is not None:
+            base, rem = divmod(model.layers, pp)
+            if rem or base % vpp:
+                raise InputError("parallel.vpp", vpp, f"a divisor of the layers per stage ({model.layers} layers / pp {pp})")
+        elif model.layers % vpp:
+            raise InputError("parallel.vpp", vpp, f"a divisor of the layers per stage ({model.layers} layers)")
+    if zero is not None and zero >= 2 and pp is not None and pp > 1:
+        raise InputError("parallel.zero", zero, "0 or 1 with pipeline parallelism (pp > 1)")
+    fixed_deg = [(k, fixed[k]) for k in ("tp", "pp", "dp", "cp") if fixed.get(k) is not None]
+    prod = math.prod(v for _, v in fixed_deg)
+    if fixed_deg and (n % prod or (len(fixed_deg) == 4 and prod != n)):
+        expr = "*".join(k for k, _ in fixed_deg) + " = " + "*".join(str(v) for _, v in fixed_deg) + f" = {prod}"
+        raise InputError("parallel", expr, f"{'equal to' if len(fixed_deg) == 4 else 'a divisor of'} the GPU count ({n})")
+
+
+def explain_no_candidates(model, cluster, job, opts) -> InputError:
+    """The InputError naming the first rule that leaves no parallel configuration."""
+    fixed = {k: v for k, v in (opts.fixed or {}).items() if v is not None}
+    try:
+        check_fixed(model, cluster, job, opts)
+    except InputError as exc:
+        return exc
+    n = cluster.num_gpus
+    # Every (tp, cp, pp) the rules allow on their own, then dp = n / (tp cp pp) dividing the batch.
+    tps = [t for t in _divisors(n) if model.heads % t == 0 and (model.is_mla or model.kv_heads % t == 0 or t % model.kv_heads == 0)]
+    if not opts.allow_tp_across_nodes:
+        tps = [t for t in tps if t <= cluster.nvlink_domain]
+    cps = [c for c in _divisors(n) if c <= opts.max_cp and (c == 1 or job.seq_len % (2 * c) == 0)]
+    pps = [p for p in _divisors(n) if p <= model.layers]
+    tps = [fixed["tp"]] if "tp" in fixed else tps
+    cps = [fixed["cp"]] if "cp" in fixed else cps
+    pps = [fixed["pp"]] if "pp" in fixed else pps
+    dps = sorted({n // (t * c * p) for t in tps for c in cps for p in pps if n % (t * c * p) == 0})
+    if "dp" in fixed:
+        dps = [d for d in dps if d == fixed["dp"]]
+    if not dps:
+        return InputError("parallel", fixed or "(none fixed)", f"degrees tp*pp*dp*cp multiplying to the GPU count ({n}) with the other fields")
+    ok = [d for d in dps if job.global_batch_size % d == 0]
+    if not ok:
+        return InputError(
+            "job.global_batch_size", job.global_batch_size,
+            f"a multiple of the data-parallel degree; the smallest dp on {n} GPUs is {dps[0]} "
+            f"(tp <= {max(tps)}, pp <= {max(pps)}, cp <= {max(cps)})",
+        )
+    if "micro_batch_size" in fixed:
+        mb = fixed["micro_batch_size"]
+        if not any((job.global_batch_size // d) % mb == 0 for d in ok):
+            return InputError("parallel.micro_batch_size", mb, f"micro_batch_size * dp dividing the global batch ({job.global_batch_size}) for some dp in {ok[:8]}")
+    if model.moe is not None and "ep" in fixed:
+        ep = fixed["ep"]
+        if not any((d * c) % ep == 0 for d in ok for c in cps):
+            return InputError("parallel.ep", ep, "a divisor of dp*cp for some admissible dp and cp")
+    if fixed.get("zero", 0) >= 2 and all(p > 1 for p in pps):
+        return InputError("parallel.zero", fixed["zero"], "0 or 1 with pipeline parallelism (pp > 1)")
+    if fixed.get("vpp", 1) > 1:
+        return InputError("parallel.vpp", fixed["vpp"], "a degree for which pp divides the layers and the micro-batch count (interleaved 1F1B)")
+    if fixed.get("sequence_parallel") and all(t == 1 for t in tps):
+        return InputError("parallel.sequence_parallel", True, "false when tp = 1")
+    return InputError(
+        "parallel", fixed or "(none fixed)",
+        f"a configuration the engines accept for {n} GPUs (degrees multiplying to the GPU count, "
+        "heads divisible by tp, batch divisible by micro-batch x dp)",
+    )
