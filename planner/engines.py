@@ -5,11 +5,13 @@ which one it is predicting when a field is unknown:
 
 * ``legacy`` (Megatron-LM 2020-2021, Megatron-DeepSpeed): fp16 training, Megatron's fused
   scale-mask-softmax over the full s x s square (no flash attention), no sequence parallelism
-  (introduced by Korthikanti et al. 2022), tensor-parallel communication not overlapped with
-  GEMMs (Narayanan et al. 2021).
+  and no selective recompute (both introduced by Korthikanti et al. 2022), no context
+  parallelism (Megatron-core 2024), tensor-parallel communication not overlapped with GEMMs
+  (Narayanan et al. 2021).
 * ``modern`` (Megatron-core with Transformer Engine, torchtitan, DeepSpeed since 2023): bf16
-  or fp8, flash attention (Dao et al. 2022/2023), sequence parallelism, tensor-parallel
-  all-gather / reduce-scatter pipelined with the GEMMs (``--tp-comm-overlap``).
+  or fp8, flash attention (Dao et al. 2022/2023), sequence parallelism, selective recompute,
+  context parallelism, tensor-parallel all-gather / reduce-scatter pipelined with the GEMMs
+  (``--tp-comm-overlap``).
 
 When the generation is not given it is inferred from the precision: FlashAttention reached
 the engines in 2023, after large-model training had moved from fp16 to bf16, so fp16 runs are
@@ -35,4 +37,5 @@ def features(generation: str) -> dict[str, bool]:
     if generation not in GENERATIONS:
         raise InputError("--generation", generation, "legacy or modern")
     modern = generation == "modern"
-    return {"flash_attention": modern, "sequence_parallel": modern, "tp_comm_overlap": modern}
+    return {"flash_attention": modern, "sequence_parallel": modern, "tp_comm_overlap": modern,
+            "selective_recompute": modern, "context_parallel": modern}

@@ -75,7 +75,8 @@ def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: Sea
     if not opts.allow_tp_across_nodes:
         tps = [t for t in tps if t <= dom]
     tps = _pick(fx, "tp", tps)
-    cps = _pick(fx, "cp", [c for c in divisors(n) if c <= opts.max_cp and (c == 1 or job.seq_len % (2 * c) == 0)])
+    max_cp = opts.max_cp if feats["context_parallel"] else 1
+    cps = _pick(fx, "cp", [c for c in divisors(n) if c <= max_cp and (c == 1 or job.seq_len % (2 * c) == 0)])
     pps = _pick(fx, "pp", [p for p in divisors(n) if p <= model.layers])
     for tp, cp, pp in itertools.product(tps, cps, pps):
         if n % (tp * cp * pp):
@@ -86,14 +87,16 @@ def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: Sea
         if job.global_batch_size % dp:
             continue
         per_rank = job.global_batch_size // dp
-        mbs = _pick(fx, "micro_batch_size", [b for b in divisors(per_rank) if b <= opts.max_micro_batch])
+        mbs = [b for b in range(1, min(per_rank, opts.max_micro_batch) + 1) if per_rank % b == 0]
+        if fx.get("micro_batch_size") is not None:  # a fixed micro-batch must divide the per-rank batch
+            mbs = [fx["micro_batch_size"]] if per_rank % fx["micro_batch_size"] == 0 else []
         eps = [1]
         if model.moe is not None:
             eps = [e for e in divisors(model.moe.experts) if (dp * cp) % e == 0]
         eps = _pick(fx, "ep", eps)
-        sps = _pick(fx, "sequence_parallel", ([True, False] if feats["sequence_parallel"] else [False]) if tp > 1 else [False])
+        sps = _pick(fx, "sequence_parallel", [True, False] if feats["sequence_parallel"] else [False]) if tp > 1 else [False]
         zeros = _pick(fx, "zero", opts.zero_stages)
-        recs = _pick(fx, "recompute", opts.recompute)
+        recs = _pick(fx, "recompute", [r for r in opts.recompute if r != "selective" or feats["selective_recompute"]])
         if pp == 1:
             vpps = [1]
         else:
@@ -101,7 +104,8 @@ def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: Sea
             vpps = [v for v in range(1, opts.max_vpp + 1) if base and model.layers % pp == 0 and base % v == 0]
             if not vpps:
                 vpps = [1]
-        vpps = _pick(fx, "vpp", vpps)
+        if fx.get("vpp") is not None:  # a fixed vpp must still satisfy the pipeline's rules
+            vpps = [fx["vpp"]] if fx["vpp"] in vpps else []
         for mb, ep, sp, z, rec, v in itertools.product(mbs, eps, sps, zeros, recs, vpps):
             m = per_rank // mb
             if v > 1 and m % pp:
