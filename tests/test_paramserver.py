@@ -225,3 +225,11 @@ def test_bad_input_raises(field, model, cluster):
     with pytest.raises(InputError) as e:
         evaluate(replace(PRESETS["dlrm-kaggle"], **model), PSCluster(**cluster))
     assert e.value.field == field
+
+
+def test_cli_preset_names_match_the_presets():
+    """planner.cli.ps lists the preset names without importing numpy; they must not drift."""
+    import planner.cli.ps as ps_cli
+    from planner.paramserver import PRESETS
+
+    assert sorted(PRESETS) == sorted(ps_cli._PRESET_NAMES)

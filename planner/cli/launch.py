@@ -12,8 +12,9 @@ from pathlib import Path
 import typer
 
 from planner.cli.app import app
-from planner.emit import ENGINES, emit_bundle, write_files
-from planner.emit.slurm import SLURM_ENGINES
+
+ENGINES = ("megatron", "deepspeed", "torchtitan", "slurm", "all")  # planner.emit.ENGINES (checked in tests)
+SLURM_ENGINES = ("megatron", "deepspeed", "torchtitan")  # planner.emit.slurm.SLURM_ENGINES
 from planner.errors import InputError
 
 __all__ = ["launch_command", "read_plan"]
@@ -45,6 +46,8 @@ def launch_command(
         raise InputError("--engine", engine, "one of " + ", ".join(ENGINES))
     if slurm_engine not in SLURM_ENGINES:
         raise InputError("--slurm-engine", slurm_engine, "one of " + ", ".join(SLURM_ENGINES))
+    from planner.emit import emit_bundle, write_files  # noqa: PLC0415 (lazy: keeps start-up fast)
+
     files, skipped = emit_bundle(read_plan(plan), engine, plan_rank, slurm_engine)
     written = write_files(files, out, force=force)
     for eng, why in skipped.items():

@@ -13,15 +13,16 @@ from dataclasses import replace
 import typer
 
 from planner.cli.app import app
-from planner.paramserver import PRESETS, PSCluster, evaluate, preset
-from planner.paramserver_report import format_result, format_sweep, sweep, write_chart
+
+# Preset names for the help text, without importing numpy at CLI start-up.
+_PRESET_NAMES = ("dlrm-criteo", "dlrm-kaggle", "dlrm-large")
 
 __all__ = ["ps_command"]
 
 
 @app.command("ps")
 def ps_command(
-    model: str = typer.Option("dlrm-criteo", "--model", help=f"Preset: {', '.join(sorted(PRESETS))}."),
+    model: str = typer.Option("dlrm-criteo", "--model", help=f"Preset: {', '.join(_PRESET_NAMES)}."),
     rows: int | None = typer.Option(None, "--rows", help="Rows per embedding table."),
     dim: int | None = typer.Option(None, "--dim", help="Embedding dimension."),
     tables: int | None = typer.Option(None, "--tables", help="Number of embedding tables."),
@@ -43,6 +44,9 @@ def ps_command(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Compare synchronous AllReduce with parameter-server training (sync, quorum, SSP, async)."""
+    from planner.paramserver import PSCluster, evaluate, preset  # noqa: PLC0415 (numpy: load lazily)
+    from planner.paramserver_report import format_result, format_sweep, sweep, write_chart  # noqa: PLC0415
+
     m = preset(model)
     overrides = {k: v for k, v in dict(rows=rows, dim=dim, tables=tables, lookups=lookups, zipf=zipf,
                                         dense_params=dense_params).items() if v is not None}

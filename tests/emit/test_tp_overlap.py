@@ -26,3 +26,13 @@ def test_tp_comm_overlap_flag_follows_the_plan():
     assert "--tp-comm-overlap" not in words_off
     assert par["tp"] > 1 and par["sequence_parallel"], "fixture must use TP with sequence parallelism"
     assert "--tp-comm-overlap" in words_on and "--sequence-parallel" in words_on
+
+
+def test_cli_engine_lists_match_the_emitters():
+    """planner.cli.launch keeps its own copies (for a fast start-up); they must not drift."""
+    import planner.cli.launch as launch_cli
+    from planner.emit import ENGINES
+    from planner.emit.slurm import SLURM_ENGINES
+
+    assert tuple(ENGINES) == launch_cli.ENGINES
+    assert tuple(SLURM_ENGINES) == launch_cli.SLURM_ENGINES
