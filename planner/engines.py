@@ -6,8 +6,9 @@ which one it is predicting when a field is unknown:
 * ``legacy`` (Megatron-LM 2020-2021, Megatron-DeepSpeed): fp16 training, Megatron's fused
   scale-mask-softmax over the full s x s square (no flash attention), no sequence parallelism
   and no selective recompute (both introduced by Korthikanti et al. 2022), no context
-  parallelism (Megatron-core 2024), tensor-parallel communication not overlapped with GEMMs
-  (Narayanan et al. 2021).
+  parallelism (Megatron-core 2024), tensor-parallel communication not overlapped with GEMMs,
+  not even the backward all-reduce (``--async-tensor-model-parallel-allreduce`` came with
+  Korthikanti et al. 2022; Narayanan et al. 2021).
 * ``modern`` (Megatron-core with Transformer Engine, torchtitan, DeepSpeed since 2023): bf16
   or fp8, flash attention (Dao et al. 2022/2023), sequence parallelism, selective recompute,
   context parallelism, tensor-parallel all-gather / reduce-scatter pipelined with the GEMMs
@@ -38,4 +39,4 @@ def features(generation: str) -> dict[str, bool]:
         raise InputError("--generation", generation, "legacy or modern")
     modern = generation == "modern"
     return {"flash_attention": modern, "sequence_parallel": modern, "tp_comm_overlap": modern,
-            "selective_recompute": modern, "context_parallel": modern}
+            "selective_recompute": modern, "context_parallel": modern, "async_tp_allreduce": modern}

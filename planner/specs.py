@@ -302,6 +302,7 @@ class ParallelConfig:
     zero_shard_degree: int | None = None
     overlap_grad_reduce: bool = True  # bucketed gradient reduction overlapped with backward
     tp_comm_overlap: bool = False  # TP all-gather/reduce-scatter pipelined with GEMMs (needs SP)
+    async_tp_allreduce: bool = True  # backward TP all-reduce overlapped with the weight-gradient GEMM
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size"):
@@ -334,6 +335,6 @@ class ParallelConfig:
             "tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp, "ep": self.ep,
             "vpp": self.vpp, "micro_batch_size": self.micro_batch_size,
             "recompute": self.recompute, "sequence_parallel": self.sequence_parallel,
-            "zero": self.zero, "schedule": self.schedule, "tp_comm_overlap": self.tp_comm_overlap,
+            "zero": self.zero, "schedule": self.schedule, "tp_comm_overlap": self.tp_comm_overlap, "async_tp_allreduce": self.async_tp_allreduce,
             "layers_per_stage": list(self.layers_per_stage) if self.layers_per_stage else None,
         }

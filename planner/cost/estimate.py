@@ -90,15 +90,15 @@ def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelC
 
     Cached on the fields that matter (not ZeRO or the layer split), so the search reuses it."""
     key = (par.tp, par.pp, par.dp, par.cp, par.ep, par.vpp, par.micro_batch_size, par.recompute,
-           par.sequence_parallel and par.tp > 1, par.tp_comm_overlap)
+           par.sequence_parallel and par.tp > 1, par.tp_comm_overlap, par.async_tp_allreduce)
     return _layer_costs(model, cluster, job, key, flash)
 
 
 @lru_cache(maxsize=65536)
 def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, flash: bool) -> tuple:
-    tp_, pp_, dp_, cp_, ep_, v_, mb_, rec_, sp_, tpo_ = key
+    tp_, pp_, dp_, cp_, ep_, v_, mb_, rec_, sp_, tpo_, asy_ = key
     par = ParallelConfig(tp=tp_, pp=pp_, dp=dp_, cp=cp_, ep=ep_, vpp=v_, micro_batch_size=mb_, recompute=rec_,
-                         sequence_parallel=sp_, tp_comm_overlap=tpo_)
+                         sequence_parallel=sp_, tp_comm_overlap=tpo_, async_tp_allreduce=asy_)
     gpu = cluster.gpu
     prec = job.precision
     mb, s, tp, cp, v = par.micro_batch_size, job.seq_len, par.tp, par.cp, par.vpp
@@ -110,7 +110,9 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, f
     act_bytes = mb * s / cp * model.hidden * 2  # one b*s*h activation in 16-bit
     t_tp = tp_allreduce_time(links["tp"], act_bytes, sp)
     tp_fwd = 2 * t_tp
-    tp_bwd = 2 * t_tp * (1 - C.TP_BWD_OVERLAP_FRACTION)
+    # The backward all-reduce of the input gradient overlaps the weight-gradient GEMM only with
+    # Megatron's asynchronous TP all-reduce (Korthikanti 2022 sec. 5); legacy engines block.
+    tp_bwd = 2 * t_tp * (1 - C.TP_BWD_OVERLAP_FRACTION) if par.async_tp_allreduce else 2 * t_tp
     if par.tp_comm_overlap and sp:
         # Transformer Engine's userbuffer overlap (Megatron-core --tp-comm-overlap) splits each
         # sequence-parallel all-gather / reduce-scatter into chunks pipelined with the adjacent

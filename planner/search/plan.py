@@ -10,6 +10,12 @@
    :mod:`planner.search.split` (HiGHS via PuLP) under each stage's memory limit; an even
    split is kept when it is as good.
 5. Rank by predicted step time; ties break on the configuration tuple (deterministic).
+   With ``objective="goodput"`` the rank key is the goodput-adjusted time
+   step_time / goodput_fraction (:mod:`planner.goodput`: Young/Daly checkpointing for the
+   plan's GPU count and model size), the expected wall-clock time per step with failures.
+   Every candidate of one search uses the cluster's GPU count, so the factor is common and
+   the order is that of step time; it matters when plans on different GPU counts are
+   compared (``planner sweep``).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from planner.search.space import SearchOptions, candidate_tuples, to_parallel
 from planner.search.split import optimal_split, solver_name
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
-__all__ = ["Plan", "PlanResult", "plan", "SPLIT_MIN_GAIN", "DEFAULT_TIME_LIMIT_S", "TIME_LIMIT_S", "MAX_CANDIDATES"]
+__all__ = ["Plan", "PlanResult", "plan", "SPLIT_MIN_GAIN", "DEFAULT_TIME_LIMIT_S", "TIME_LIMIT_S", "MAX_CANDIDATES", "OBJECTIVES"]
 
 # Wall-clock limit of one whole search (enumeration, bounds, exact estimates, layer-split
 # programs). When it hits, plan() raises SolverFailure carrying the best plans found so far
@@ -42,6 +48,8 @@ TIME_LIMIT_S: ContextVar[float] = ContextVar("planner_time_limit_s", default=DEF
 # An uneven split is sought only when it could shorten the step by more than this fraction
 # (or when the even split does not fit): smaller gains are below the model's resolution.
 SPLIT_MIN_GAIN = 0.002
+
+OBJECTIVES = ("time", "goodput")
 
 
 @dataclass(frozen=True)
@@ -67,16 +75,27 @@ class PlanResult:
     seconds: float
     flash_attention: bool
     notes: list[str] = field(default_factory=list)
+    objective: str = "time"
+    goodput: object = None  # planner.goodput.GoodputResult when objective == "goodput"
+
+    def objective_time_s(self, p: Plan) -> float:
+        """The rank key: step time, or step time / goodput fraction."""
+        g = self.goodput.goodput_fraction if self.goodput is not None else 1.0
+        return p.estimate.step_time_s / g if g > 0 else math.inf
 
     def search_dict(self) -> dict:
-        return {
+        d = {
             "solver": self.solver,
             "candidates": self.candidates,
             "evaluated": self.evaluated,
             "seconds": self.seconds,
             "flash_attention": self.flash_attention,
             "notes": list(self.notes),
+            "objective": self.objective,
         }
+        if self.goodput is not None:
+            d["goodput_fraction"] = self.goodput.goodput_fraction
+        return d
 
 
 def _states_bound_fn(model: ModelSpec, precision: str, min_first: int = 1):
@@ -113,8 +132,9 @@ def _states_bound_fn(model: ModelSpec, precision: str, min_first: int = 1):
 def _per_layer_time(model: ModelSpec, cluster: ClusterSpec, job: Job, lk: tuple, flash: bool) -> float:
     """Seconds of one layer and micro-batch on one GPU: compute, recompute and the exposed
     tensor/context/expert-parallel traffic (no pipeline send/recv)."""
-    tp, cp, ep, mb, rec, sp, tpo = lk
-    par = ParallelConfig(tp=tp, cp=cp, ep=ep, dp=max(ep, 1), micro_batch_size=mb, recompute=rec, sequence_parallel=sp, tp_comm_overlap=tpo)
+    tp, cp, ep, mb, rec, sp, tpo, asy = lk
+    par = ParallelConfig(tp=tp, cp=cp, ep=ep, dp=max(ep, 1), micro_batch_size=mb, recompute=rec, sequence_parallel=sp,
+                         tp_comm_overlap=tpo, async_tp_allreduce=asy)
     costs = layer_costs(model, cluster, job, par, flash)
     return sum(stage_time_parts(costs, 1, 1 if model.moe is None else 0, False).values()) - costs[3]
 
@@ -123,7 +143,7 @@ _REC = {"none": 0, "selective": 1, "full": 2}
 
 
 def _tuple_key(t: tuple) -> tuple:
-    tp, pp, dp, cp, ep, v, mb, rec, sp, z, tpo = t
+    tp, pp, dp, cp, ep, v, mb, rec, sp, z, tpo, asy = t
     return (cp, ep, v, tp, pp, dp, mb, _REC[rec], not sp, z, ())
 
 
@@ -141,6 +161,8 @@ def plan(
     top_k: int = 10,
     options: SearchOptions | None = None,
     time_limit_s: float | None = None,
+    objective: str = "time",
+    goodput: object = None,
 ) -> PlanResult:
     """The ``top_k`` fastest plans that fit, best first. Raises NoFeasiblePlan (with the nearest
     miss and what would make it fit) when none does, and SolverFailure (with the best plans found
@@ -149,6 +171,11 @@ def plan(
 
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise InputError("--top", top_k, "a positive integer")
+    if objective not in OBJECTIVES:
+        raise InputError("--objective", objective, "time or goodput")
+    if objective == "goodput" and (goodput is None or getattr(goodput, "n_gpus", None) != cluster.num_gpus):
+        raise InputError("goodput", goodput, f"a planner.goodput.GoodputResult for {cluster.num_gpus} GPUs with objective='goodput'")
+    factor = 1.0 / goodput.goodput_fraction if objective == "goodput" and goodput.goodput_fraction > 0 else (math.inf if objective == "goodput" else 1.0)
     limit = TIME_LIMIT_S.get() if time_limit_s is None else time_limit_s
     if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not (0 < limit < math.inf):
         raise InputError("--time-limit", limit, "a positive finite number of seconds")
@@ -176,13 +203,13 @@ def plan(
     for i, t in enumerate(pool):
         if i % 256 == 0 and time.perf_counter() > deadline:
             raise _timed_out(limit, [], len(pool), 0, t0, flash, "bounding")
-        tp, pp, dp, cp, ep, v, mb, rec, sp, z, tpo = t
+        tp, pp, dp, cp, ep, v, mb, rec, sp, z, tpo, asy = t
         states = states_of(tp, pp, dp, cp, ep, z)
         if states > cap:
             if nearest is None or states < nearest[0]:
                 nearest = (states, None, to_parallel(t))
             continue
-        lk = (tp, cp, ep, mb, rec, sp, tpo)  # what the per-layer time depends on
+        lk = (tp, cp, ep, mb, rec, sp, tpo, asy)  # what the per-layer time depends on
         if lk not in per_layer_cache:
             per_layer_cache[lk] = _per_layer_time(model, cluster, job, lk, flash)
         m = job.global_batch_size // (mb * dp)
@@ -214,7 +241,9 @@ def plan(
             if nearest is None or nearest[1] is None or est.memory_peak_bytes < nearest[1].memory_peak_bytes:
                 nearest = (est.memory_peak_bytes, est, par)
             continue
-        found.append((est.step_time_s, _key(par), est, par))
+        # The goodput factor is common to every candidate (one GPU count): bounds and the
+        # K-th best stay in step time; the rank key carries the factor.
+        found.append((est.step_time_s * factor, _key(par), est, par))
         heapq.heappush(kth, -est.step_time_s)
         if len(kth) > top_k:
             heapq.heappop(kth)
@@ -222,7 +251,8 @@ def plan(
         raise _no_fit(model, cluster, job, nearest, cap)
     ranked = sorted(found, key=lambda x: (x[0], x[1]))[:top_k]
     plans = [Plan(i + 1, par, est) for i, (_, _, est, par) in enumerate(ranked)]
-    result = PlanResult(plans, solver_name() if mip_solves else "none (no pipeline split to decide)", len(pool), evaluated, time.perf_counter() - t0, flash)
+    result = PlanResult(plans, solver_name() if mip_solves else "none (no pipeline split to decide)", len(pool), evaluated, time.perf_counter() - t0, flash,
+                        objective=objective, goodput=goodput if objective == "goodput" else None)
     result.notes.append(f"{mip_solves} layer-split integer programs solved")
     return result
 

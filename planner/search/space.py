@@ -61,12 +61,13 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: SearchOpt
 
 
 def to_parallel(t: tuple) -> ParallelConfig:
-    tp, pp, dp, cp, ep, v, mb, rec, sp, z, tpo = t
-    return ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=v, micro_batch_size=mb, recompute=rec, sequence_parallel=sp, zero=z, tp_comm_overlap=tpo)
+    tp, pp, dp, cp, ep, v, mb, rec, sp, z, tpo, asy = t
+    return ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=v, micro_batch_size=mb, recompute=rec, sequence_parallel=sp, zero=z,
+                          tp_comm_overlap=tpo, async_tp_allreduce=asy)
 
 
 def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: SearchOptions):
-    """Yield (tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, sequence_parallel, zero, tp_comm_overlap)."""
+    """Yield (tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, sequence_parallel, zero, tp_comm_overlap, async_tp_allreduce)."""
     n = cluster.num_gpus
     fx = opts.fixed
     feats = features(opts.generation or default_generation(job))
@@ -114,4 +115,5 @@ def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: Sea
                 continue  # Megatron/DeepSpeed pipelines accept ZeRO 0-1 only
             # TP overlap only ever hides time, so it is on wherever the engine has it (needs SP).
             tpo = fx.get("tp_comm_overlap", feats["tp_comm_overlap"]) and sp and tp > 1
-            yield (tp, pp, dp, cp, ep, v, mb, rec, sp, z, tpo)
+            asy = fx.get("async_tp_allreduce", feats["async_tp_allreduce"])
+            yield (tp, pp, dp, cp, ep, v, mb, rec, sp, z, tpo, asy)
