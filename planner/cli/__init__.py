@@ -13,3 +13,7 @@ from planner.cli import ps  # noqa: F401
 from planner.cli import schema  # noqa: F401
 from planner.cli import estimate  # noqa: F401,E402
 from planner.cli import plan  # noqa: F401,E402
+from planner.cli import goodput  # noqa: F401,E402
+from planner.cli import sweep  # noqa: F401,E402
+from planner.cli import calibrate  # noqa: F401,E402
+from planner.cli import hetero  # noqa: F401,E402

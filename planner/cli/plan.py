@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from planner.cli import goodput as G
 from planner.cli import options as O
 from planner.cli.app import app
 from planner.cli.common import emit_json, fixed_from_flags, plan_document, setup_from_flags, setup_from_scenario
@@ -28,6 +29,8 @@ def plan_cmd(
     out: Annotated[Optional[str], typer.Option("--out", help="Folder for --emit files.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite existing files.")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="Explain the best plan: time and memory breakdown, changes that would help.")] = False,
+    objective: G.ObjectiveOpt = "time", price: G.PriceOpt = None, tokens: G.TokensOpt = None, profile: G.ProfileOpt = None,
+    ckpt_write_gbs: G.CkptOpt = None, restart_s: G.RestartOpt = None, failure_rate: G.FailOpt = None,
 ) -> None:
     """Search parallel plans (tp, pp, dp, cp, micro-batch, interleaving, recompute, ZeRO, layer split) and rank them.
 
@@ -39,7 +42,19 @@ def plan_cmd(
       planner plan --scenario runs.json --id my-run --json > plan.json
       planner plan --model llama3.1-8b --gpus 8 --emit all --out launch/
       planner plan --model path/to/config.json --cluster dgx-h100-superpod --gpus 256 --explain
+      planner plan --objective goodput --tokens 1.4T --price-per-gpu-hour 2 --profile my-cluster.yaml
     """
+    with G.profile_context(profile):
+        _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len, global_batch_size,
+              precision, attention, tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, sequence_parallel, zero, scenario,
+              id, json, top, allow_tp_across_nodes, emit, out, force, explain, objective, price, tokens, ckpt_write_gbs,
+              restart_s, failure_rate)
+
+
+def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len, global_batch_size,
+          precision, attention, tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, sequence_parallel, zero, scenario,
+          id, json, top, allow_tp_across_nodes, emit, out, force, explain, objective, price, tokens, ckpt_write_gbs,
+          restart_s, failure_rate) -> None:
     from planner.search.plan import plan  # noqa: PLC0415
     from planner.search.space import SearchOptions  # noqa: PLC0415
 
@@ -52,8 +67,21 @@ def plan_cmd(
         setup = setup_from_flags(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network,
                                  seq_len, global_batch_size, precision, attention, fixed)
     opts = SearchOptions(fixed=setup.fixed, allow_tp_across_nodes=allow_tp_across_nodes, flash_attention=setup.flash)
-    result = plan(setup.model, setup.cluster, setup.job, top_k=top, options=opts)
+    from planner.cost.flops import param_count  # noqa: PLC0415
+
+    n_tokens = G.parse_count("--tokens", tokens)
+    gp = None
+    if objective == "goodput" or n_tokens is not None or price is not None:
+        gp = G.goodput_for(setup.cluster.num_gpus, float(param_count(setup.model)), ckpt_write_gbs=ckpt_write_gbs,
+                           restart_s=restart_s, failure_rate_per_gpu_hour=failure_rate)
+    result = plan(setup.model, setup.cluster, setup.job, top_k=top, options=opts, objective=objective, goodput=gp)
     doc = plan_document(setup, result.plans, result.search_dict())
+    gp_text: list[str] = []
+    if gp is not None:
+        n_tok = n_tokens if n_tokens is not None else G.default_tokens(float(param_count(setup.model)))
+        best_tps = result.plans[0].estimate.tokens_per_s
+        doc["goodput"] = G.goodput_dict(gp, n_tok, best_tps, price)
+        gp_text = [f"plan 1 with failures (objective {objective}):"] + ["  " + x for x in G.goodput_lines(gp, n_tok, best_tps, price)]
     if explain:
         from planner.report.explain import explain as explain_plan, render_explanation  # noqa: PLC0415
 
@@ -80,6 +108,8 @@ def plan_cmd(
     con = console()
     con.print(plans_view(result.plans, title))
     con.print(f"{result.candidates} candidates, {result.evaluated} evaluated exactly, solver {result.solver}, {result.seconds:.2f} s")
+    for line in gp_text:
+        con.print(line, highlight=False, soft_wrap=True)
     if explain:
         con.print()
         con.print(render_explanation(explanation, "plan 1"))

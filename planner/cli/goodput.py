@@ -1,0 +1,205 @@
+"""``planner goodput``, and the failure/cost/profile options shared by ``plan`` and ``sweep``.
+
+Formulas are in :mod:`planner.goodput` (Young 1974, Daly 2006, failure rate from the Llama 3
+405B run) and :mod:`planner.costing`; docs/goodput.md and docs/beyond.md. Defaults:
+
+* checkpoint write bandwidth 2 TB/s: the sustained throughput of the Tectonic file system
+  that held Llama 3's checkpoints (arXiv 2407.21783 sec. 3.3.1), as in docs/goodput.md;
+  pass ``--ckpt-write-gbs`` for your storage (a small cluster's is often far lower);
+* restart time 600 s: the R = 10 min of Daly 2006's worked figures (docs/goodput.md);
+  measure yours (detection + rescheduling + checkpoint load);
+* tokens to train (``sweep``, ``goodput`` without ``--tokens``): 20 per parameter, the
+  compute-optimal ratio of Hoffmann et al. 2022 ("Chinchilla", arXiv 2203.15556, Table 3).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json as _json
+import math
+import re
+from typing import Annotated, Optional
+
+import typer
+
+from planner.cli.app import app
+from planner.errors import InputError
+
+__all__ = [
+    "DEFAULT_CKPT_WRITE_GBS", "DEFAULT_RESTART_S", "CHINCHILLA_TOKENS_PER_PARAM",
+    "ObjectiveOpt", "PriceOpt", "TokensOpt", "ProfileOpt", "CkptOpt", "RestartOpt", "FailOpt",
+    "parse_count", "profile_context", "goodput_for", "default_tokens", "money", "fmt_duration", "goodput_cmd",
+]
+
+DEFAULT_CKPT_WRITE_GBS = 2000.0
+DEFAULT_RESTART_S = 600.0
+CHINCHILLA_TOKENS_PER_PARAM = 20.0
+
+ObjectiveOpt = Annotated[str, typer.Option("--objective", help="Rank by: time (step time) | goodput (step time / goodput fraction).")]
+PriceOpt = Annotated[Optional[float], typer.Option("--price-per-gpu-hour", help="Price of one GPU-hour (any currency) for the cost column.")]
+TokensOpt = Annotated[Optional[str], typer.Option("--tokens", help="Tokens to train, e.g. 1e12, 300B, 15.6T.")]
+ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="Cluster profile YAML written by planner calibrate.")]
+CkptOpt = Annotated[Optional[float], typer.Option("--ckpt-write-gbs", help=f"Aggregate checkpoint write bandwidth, GB/s (default {DEFAULT_CKPT_WRITE_GBS:g}).")]
+RestartOpt = Annotated[Optional[float], typer.Option("--restart-s", help=f"Time to restart after a failure, s (default {DEFAULT_RESTART_S:g}).")]
+FailOpt = Annotated[Optional[float], typer.Option("--failure-rate", help="Failures per GPU-hour (default 1.97e-5, Llama 3 405B run).")]
+
+_SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}
+
+
+def parse_count(name: str, text: str | None) -> float | None:
+    """'1e12', '300B', '15.6T', '2M' -> a positive float (None stays None)."""
+    if text is None:
+        return None
+    mt = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBgGtTpP]?)\s*", str(text))
+    if not mt:
+        raise InputError(name, text, "a positive count such as 1e12, 300B or 15.6T")
+    v = float(mt.group(1)) * _SUFFIX[mt.group(2).lower()]
+    if not (0 < v < math.inf):
+        raise InputError(name, text, "a positive finite count")
+    return v
+
+
+def _positive(name: str, v: float | None, default: float) -> float:
+    if v is None:
+        return default
+    if not (isinstance(v, (int, float)) and 0 < v < math.inf):
+        raise InputError(name, v, "a positive finite number")
+    return float(v)
+
+
+def profile_context(path: str | None):
+    """A context in which the cost model uses the calibrated constants of ``path`` (or nothing)."""
+    if not path:
+        return contextlib.nullcontext()
+    from planner.calibrate import load_profile  # noqa: PLC0415
+    from planner.calibrate_model import constants_override, profile_overrides  # noqa: PLC0415
+
+    return constants_override(profile_overrides(load_profile(path)))
+
+
+def goodput_for(n_gpus: int, n_params: float, *, ckpt_write_gbs: float | None = None, restart_s: float | None = None,
+                failure_rate_per_gpu_hour: float | None = None, n_tokens: float | None = None,
+                tokens_per_s: float | None = None, interval_s: float | None = None, model: str = "daly"):
+    """:func:`planner.goodput.plan_checkpointing` with the CLI's units and defaults."""
+    from planner.goodput import DEFAULT_GPU_FAILURE_RATE_PER_S, plan_checkpointing  # noqa: PLC0415
+
+    rate = DEFAULT_GPU_FAILURE_RATE_PER_S if failure_rate_per_gpu_hour is None else _positive("--failure-rate", failure_rate_per_gpu_hour, 0) / 3600.0
+    bw = _positive("--ckpt-write-gbs", ckpt_write_gbs, DEFAULT_CKPT_WRITE_GBS) * 1e9
+    r = DEFAULT_RESTART_S if restart_s is None else restart_s
+    if not (isinstance(r, (int, float)) and 0 <= r < math.inf):
+        raise InputError("--restart-s", r, "a finite number of seconds >= 0")
+    both = n_tokens is not None and tokens_per_s is not None
+    return plan_checkpointing(n_gpus, n_params, bw, float(r), n_tokens=n_tokens if both else None,
+                              tokens_per_s=tokens_per_s if both else None, gpu_failure_rate_per_s=rate,
+                              interval_s=interval_s, model=model)
+
+
+def default_tokens(n_params: float) -> float:
+    """Compute-optimal training tokens, 20 per parameter (Hoffmann et al. 2022)."""
+    return CHINCHILLA_TOKENS_PER_PARAM * n_params
+
+
+def fmt_duration(s: float) -> str:
+    if not math.isfinite(s):
+        return "inf"
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if s >= size:
+            return f"{s / size:.3g} {unit}"
+    return f"{s:.3g} s"
+
+
+def money(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:.2f}"
+
+
+def goodput_lines(g, n_tokens: float | None, tokens_per_s: float | None, price: float | None) -> list[str]:
+    """Human-readable summary of a GoodputResult (and cost when a price is given)."""
+    out = [
+        f"job MTBF {fmt_duration(g.mtbf_s)} ({g.n_gpus} GPUs x {g.gpu_failure_rate_per_s * 3600:.3g} failures/GPU-h)",
+        f"checkpoint {g.checkpoint_bytes / 1e9:.4g} GB, write C = {g.checkpoint_s:.4g} s, restart R = {g.restart_s:.4g} s",
+        f"interval: Young {g.young_interval_s:.6g} s, Daly {g.daly_interval_s:.6g} s (used {g.interval_s:.6g} s)",
+        f"goodput ({g.model}) {g.goodput_fraction:.4f}",
+    ]
+    if n_tokens is not None and tokens_per_s:
+        from planner.costing import training_cost  # noqa: PLC0415
+
+        c = training_cost(n_tokens, tokens_per_s, g.n_gpus, price or 0.0, max(g.goodput_fraction, 1e-300))
+        line = (f"{n_tokens:.3g} tokens at {tokens_per_s:,.0f} tok/s: compute {fmt_duration(c.compute_time_s)}, "
+                f"expected wall {fmt_duration(c.wall_time_s)}, {c.gpu_hours:,.0f} GPU-h")
+        if price is not None:
+            line += f", cost {money(c.cost)}"
+        out.append(line)
+    return out
+
+
+__all__.append("goodput_lines")
+
+
+def goodput_dict(g, n_tokens: float | None, tokens_per_s: float | None, price: float | None) -> dict:
+    d = {k: getattr(g, k) for k in ("n_gpus", "gpu_failure_rate_per_s", "mtbf_s", "checkpoint_bytes", "checkpoint_s",
+                                    "restart_s", "young_interval_s", "daly_interval_s", "interval_s", "model", "goodput_fraction")}
+    if n_tokens is not None and tokens_per_s:
+        from planner.costing import training_cost  # noqa: PLC0415
+
+        c = training_cost(n_tokens, tokens_per_s, g.n_gpus, price or 0.0, max(g.goodput_fraction, 1e-300))
+        d.update(n_tokens=n_tokens, tokens_per_s=tokens_per_s, compute_time_s=c.compute_time_s, wall_time_s=c.wall_time_s,
+                 gpu_hours=c.gpu_hours, price_per_gpu_hour=price, cost=c.cost if price is not None else None)
+    return d
+
+
+__all__.append("goodput_dict")
+
+
+@app.command("goodput")
+def goodput_cmd(
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model preset or file (its parameter count sizes the checkpoint).")] = None,
+    params: Annotated[Optional[str], typer.Option("--params", help="Parameter count instead of --model, e.g. 405B.")] = None,
+    gpus: Annotated[Optional[int], typer.Option("--gpus", "-n", help="GPUs in the job.")] = None,
+    gpu: Annotated[Optional[str], typer.Option("--gpu", help="GPU preset (for the throughput search).")] = None,
+    seq_len: Annotated[Optional[int], typer.Option("--seq-len", "-s")] = None,
+    global_batch_size: Annotated[Optional[int], typer.Option("--global-batch-size", "-b")] = None,
+    tokens_per_s: Annotated[Optional[float], typer.Option("--tokens-per-s", help="Failure-free throughput; default: the best plan's.")] = None,
+    tokens: TokensOpt = None, price: PriceOpt = None, ckpt: CkptOpt = None, restart: RestartOpt = None, rate: FailOpt = None,
+    interval: Annotated[Optional[float], typer.Option("--interval-s", help="Evaluate at this checkpoint interval instead of Daly's.")] = None,
+    gmodel: Annotated[str, typer.Option("--model-kind", help="daly (complete model) | first_order.")] = "daly",
+    profile: ProfileOpt = None,
+    json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON.")] = False,
+) -> None:
+    """Failures, checkpoint interval (Young/Daly), goodput, and time and cost to train N tokens.
+
+    Examples:
+      planner goodput --params 405B --gpus 16384 --tokens 15.6T --tokens-per-s 2.5e6 --restart-s 600
+      planner goodput --model llama3.1-70b --gpus 1024 --tokens 1.4T --price-per-gpu-hour 2
+    """
+    if (model is None) == (params is None):
+        raise InputError("--model/--params", (model, params), "exactly one of --model or --params")
+    if gpus is None or gpus < 1:
+        raise InputError("--gpus", gpus, "a positive integer")
+    n_tokens = parse_count("--tokens", tokens)
+    with profile_context(profile):
+        if model is not None:
+            from planner.cli.common import setup_from_flags  # noqa: PLC0415
+            from planner.cost.flops import param_count  # noqa: PLC0415
+
+            setup = setup_from_flags(model, gpu, gpus, None, None, None, None, None, seq_len, global_batch_size, None, None, {})
+            n_params = float(param_count(setup.model))
+            if tokens_per_s is None:
+                from planner.search.plan import plan  # noqa: PLC0415
+                from planner.search.space import SearchOptions  # noqa: PLC0415
+
+                best = plan(setup.model, setup.cluster, setup.job, top_k=1, options=SearchOptions(flash_attention=setup.flash)).plans[0]
+                tokens_per_s = best.estimate.tokens_per_s
+        else:
+            n_params = parse_count("--params", params)
+    if n_tokens is None:
+        n_tokens = default_tokens(n_params)
+    if tokens_per_s is not None and not (0 < tokens_per_s < math.inf):
+        raise InputError("--tokens-per-s", tokens_per_s, "a positive number")
+    g = goodput_for(gpus, n_params, ckpt_write_gbs=ckpt, restart_s=restart, failure_rate_per_gpu_hour=rate,
+                    n_tokens=n_tokens, tokens_per_s=tokens_per_s, interval_s=interval, model=gmodel)
+    if json:
+        typer.echo(_json.dumps({"schema": "planner-goodput/1", "n_params": n_params, **goodput_dict(g, n_tokens, tokens_per_s, price)}, indent=2))
+        return
+    typer.echo(f"{n_params:.4g} parameters on {gpus} GPUs")
+    for line in goodput_lines(g, n_tokens, tokens_per_s, price):
+        typer.echo(line)

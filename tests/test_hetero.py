@@ -1,0 +1,91 @@
+"""Mixed GPU clusters: the placement/split program against the even split and the homogeneous model."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.cli.app import main
+from planner.cost.estimate import estimate
+from planner.errors import InputError
+from planner.hetero import GpuGroup, HeteroCluster, hetero_evaluate, hetero_place, hetero_plan, load_hetero
+from planner.loaders import load_gpu, load_model
+from planner.specs import Job, ParallelConfig
+
+A100, H100 = load_gpu("a100-sxm4-80gb"), load_gpu("h100-sxm5-80gb")
+MODEL = load_model("llama3.1-8b")
+JOB = Job(4096, 64)
+PAR = ParallelConfig(tp=8, pp=4, dp=1, micro_batch_size=1, sequence_parallel=True, zero=1)
+
+
+def mixed(a100=16, h100=16):
+    return HeteroCluster("mixed", (GpuGroup(A100, a100, 8, None), GpuGroup(H100, h100, 8, None)))
+
+
+def test_uneven_split_beats_even_on_two_h100_and_two_a100_stages():
+    hc = mixed()
+    best = hetero_place(MODEL, hc, JOB, PAR)
+    assert best is not None and best.fits
+    assert sorted(best.placement) == [0, 0, 1, 1]  # each group hosts exactly its 2 stage slots
+    h = [n for g, n in zip(best.placement, best.layers_per_stage) if g == 1]
+    a = [n for g, n in zip(best.placement, best.layers_per_stage) if g == 0]
+    assert min(h) > max(a)  # more layers on every H100 stage than on any A100 stage
+    assert sum(best.layers_per_stage) == MODEL.layers
+    even = hetero_evaluate(MODEL, hc, JOB, PAR, best.placement, (8, 8, 8, 8))
+    assert best.step_time_s < 0.8 * even.step_time_s
+    # the program's optimum is no worse than any even split on any placement
+    for placement in ((0, 0, 1, 1), (1, 1, 0, 0), (0, 1, 1, 0), (1, 0, 0, 1)):
+        assert best.step_time_s <= hetero_evaluate(MODEL, hc, JOB, PAR, placement, (8, 8, 8, 8)).step_time_s + 1e-12
+
+
+def test_one_group_reproduces_the_homogeneous_estimate():
+    hc = HeteroCluster("h100", (GpuGroup(H100, 32, 8, None),))
+    for split in ((8, 8, 8, 8), (9, 8, 8, 7)):
+        het = hetero_evaluate(MODEL, hc, JOB, PAR, (0, 0, 0, 0), split)
+        par = ParallelConfig(**{**PAR.__dict__, "layers_per_stage": split})
+        est = estimate(MODEL, hc.group_cluster(0, 32), JOB, par)
+        assert het.step_time_s == pytest.approx(est.step_time_s, rel=1e-12)
+        assert max(het.stage_memory_bytes) == pytest.approx(est.memory_peak_bytes, rel=1e-12)
+
+
+def test_group_capacity_limits_placement():
+    hc = mixed(a100=32, h100=8)  # one H100 stage slot only
+    best = hetero_place(MODEL, hc, JOB, PAR)
+    assert best.placement.count(1) == 1
+    assert hetero_place(MODEL, mixed(a100=8, h100=8), JOB, PAR) is None  # 2 slots < 4 stages
+
+
+def test_search_returns_plans_with_even_split_comparison():
+    pairs, n_cand, solved, proven = hetero_plan(MODEL, mixed(), JOB, {"tp": 8, "micro_batch_size": 1, "recompute": "none"}, top_k=2)
+    assert proven and n_cand >= 1 and solved >= 1
+    best, even = pairs[0]
+    assert best.step_time_s <= even.step_time_s
+
+
+def test_load_and_bad_input(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("groups:\n  - {gpu: a100-sxm4-80gb, count: 64}\n  - {gpu: h100-sxm5-80gb, count: 32}\n"
+                 "network: {kind: infiniband, gbps_per_nic: 200, nics_per_node: 8}\n")
+    hc = load_hetero(f)
+    assert hc.num_gpus == 96 and hc.groups[1].gpu.id == "h100-sxm5-80gb"
+    assert hc.group_cluster(0, 64).inter.gbps_per_nic == 200
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("groups:\n  - {gpu: a100-sxm4-80gb, count: 0}\n")
+    with pytest.raises(InputError):
+        load_hetero(bad)
+    assert main(["hetero", str(bad)]) == 2
+    with pytest.raises(InputError):
+        hetero_evaluate(MODEL, mixed(), JOB, PAR, (0, 0, 1, 1), (8, 8, 8, 9))
+
+
+def test_cli_hetero_json(tmp_path, capsys):
+    import json
+
+    f = tmp_path / "c.yaml"
+    f.write_text("groups:\n  - {gpu: a100-sxm4-80gb, count: 16}\n  - {gpu: h100-sxm5-80gb, count: 16}\n")
+    code = main(["hetero", str(f), "--model", "llama3.1-8b", "-s", "4096", "-b", "64", "--tp", "8", "--pp", "4",
+                 "--mb", "1", "--recompute", "none", "--top", "1", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    d = json.loads(out)["plans"][0]
+    assert d["step_time_s"] < d["even_split"]["step_time_s"]
+    assert sorted(d["placement"]) == ["a100-sxm4-80gb"] * 2 + ["h100-sxm5-80gb"] * 2
