@@ -11,7 +11,7 @@ from planner.errors import InputError
 from planner.loaders import load_cluster, load_model, make_cluster, read_mapping, run_from_dict
 from planner.specs import ClusterSpec, Job, ModelSpec
 
-__all__ = ["Setup", "setup_from_flags", "setup_from_scenario", "fixed_from_flags", "plan_document", "emit_json", "DEFAULTS"]
+__all__ = ["Setup", "setup_from_cli", "setup_from_flags", "setup_from_scenario", "fixed_from_flags", "plan_document", "emit_json", "DEFAULTS"]
 
 # The built-in example: Llama 3.1 70B on 64 H100 (8 DGX H100 nodes, 8 x 400 Gb/s NDR each),
 # 8K sequence, 2M-token global batch.
@@ -27,6 +27,7 @@ class Setup:
     model_id: str
     gpu_id: str
     flash: bool | None = None
+    generation: str | None = None  # legacy | modern (planner.engines); None: from the precision
 
 
 def fixed_from_flags(**kw) -> dict:
@@ -120,6 +121,25 @@ def setup_from_scenario(path: str, run_id: str | None, attention: str | None = N
     from planner.validate import fixed_fields  # noqa: PLC0415
 
     return Setup(run.model, run.cluster, run.job, fixed_fields(run.parallel), raw["model"].get("name", run.id), run.cluster.gpu.id, _attention(attention))
+
+
+def setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len,
+                   global_batch_size, precision, attention, scenario, run_id, generation=None, **parallel) -> Setup:
+    """The setup of ``estimate`` and ``plan``: from a scenario (its non-null parallel fields fixed,
+    then the flags') or from flags; ``parallel`` holds the parallel flags (None = free)."""
+    fixed = fixed_from_flags(**parallel)
+    if generation is not None:
+        from planner.engines import features  # noqa: PLC0415
+
+        features(generation)  # validates the name (InputError on anything else)
+    if scenario:
+        setup = setup_from_scenario(scenario, run_id, attention)
+        setup.fixed.update(fixed)
+    else:
+        setup = setup_from_flags(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network,
+                                 seq_len, global_batch_size, precision, attention, fixed)
+    setup.generation = generation
+    return setup
 
 
 def plan_document(setup: Setup, plans: list, search: dict | None) -> dict:

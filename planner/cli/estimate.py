@@ -9,7 +9,7 @@ from rich.text import Text
 
 from planner.cli import options as O
 from planner.cli.app import app
-from planner.cli.common import emit_json, fixed_from_flags, plan_document, setup_from_flags, setup_from_scenario
+from planner.cli.common import emit_json, plan_document, setup_from_cli
 from planner.errors import InputError, NoFeasiblePlan
 from planner.report.tables import console, estimate_table, track, validation_table
 
@@ -20,7 +20,7 @@ __all__ = ["estimate_cmd", "validate_cmd"]
 def estimate_cmd(
     model: O.ModelOpt = None, gpu: O.GpuOpt = None, gpus: O.GpusOpt = None, gpus_per_node: O.GpnOpt = None,
     cluster: O.ClusterOpt = None, nic_gbps: O.NicOpt = None, nics_per_node: O.NicsOpt = None, network: O.NetOpt = None,
-    seq_len: O.SeqOpt = None, global_batch_size: O.GbsOpt = None, precision: O.PrecOpt = None, attention: O.AttnOpt = None,
+    seq_len: O.SeqOpt = None, global_batch_size: O.GbsOpt = None, precision: O.PrecOpt = None, attention: O.AttnOpt = None, generation: O.GenOpt = None,
     tp: O.TpOpt = None, pp: O.PpOpt = None, dp: O.DpOpt = None, cp: O.CpOpt = None, ep: O.EpOpt = None, vpp: O.VppOpt = None,
     micro_batch_size: O.MbOpt = None, recompute: O.RecOpt = None, sequence_parallel: O.SpOpt = None, zero: O.ZeroOpt = None,
     scenario: O.ScenarioOpt = None, id: O.IdOpt = None, json: O.JsonOpt = False,
@@ -36,15 +36,12 @@ def estimate_cmd(
     from planner.search.plan import plan  # noqa: PLC0415
     from planner.search.space import SearchOptions  # noqa: PLC0415
 
-    fixed = fixed_from_flags(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch_size=micro_batch_size,
-                             recompute=recompute, sequence_parallel=sequence_parallel, zero=zero)
-    if scenario:
-        setup = setup_from_scenario(scenario, id, attention)
-        setup.fixed.update(fixed)
-    else:
-        setup = setup_from_flags(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network,
-                                 seq_len, global_batch_size, precision, attention, fixed)
-    opts = SearchOptions(fixed=setup.fixed, allow_tp_across_nodes=True, flash_attention=setup.flash)
+    setup = setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len,
+                           global_batch_size, precision, attention, scenario, id, generation, tp=tp, pp=pp, dp=dp, cp=cp,
+                           ep=ep, vpp=vpp, micro_batch_size=micro_batch_size, recompute=recompute,
+                           sequence_parallel=sequence_parallel, zero=zero)
+    opts = SearchOptions(fixed=setup.fixed, allow_tp_across_nodes=True, flash_attention=setup.flash,
+                         generation=setup.generation)
     try:
         result = plan(setup.model, setup.cluster, setup.job, top_k=1, options=opts)
         best = result.plans[0]

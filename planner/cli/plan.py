@@ -9,7 +9,7 @@ import typer
 from planner.cli import goodput as G
 from planner.cli import options as O
 from planner.cli.app import app
-from planner.cli.common import emit_json, fixed_from_flags, plan_document, setup_from_flags, setup_from_scenario
+from planner.cli.common import emit_json, plan_document, setup_from_cli
 from planner.report.tables import console, plans_view
 
 __all__ = ["plan_cmd"]
@@ -19,7 +19,7 @@ __all__ = ["plan_cmd"]
 def plan_cmd(
     model: O.ModelOpt = None, gpu: O.GpuOpt = None, gpus: O.GpusOpt = None, gpus_per_node: O.GpnOpt = None,
     cluster: O.ClusterOpt = None, nic_gbps: O.NicOpt = None, nics_per_node: O.NicsOpt = None, network: O.NetOpt = None,
-    seq_len: O.SeqOpt = None, global_batch_size: O.GbsOpt = None, precision: O.PrecOpt = None, attention: O.AttnOpt = None,
+    seq_len: O.SeqOpt = None, global_batch_size: O.GbsOpt = None, precision: O.PrecOpt = None, attention: O.AttnOpt = None, generation: O.GenOpt = None,
     tp: O.TpOpt = None, pp: O.PpOpt = None, dp: O.DpOpt = None, cp: O.CpOpt = None, ep: O.EpOpt = None, vpp: O.VppOpt = None,
     micro_batch_size: O.MbOpt = None, recompute: O.RecOpt = None, sequence_parallel: O.SpOpt = None, zero: O.ZeroOpt = None,
     scenario: O.ScenarioOpt = None, id: O.IdOpt = None, json: O.JsonOpt = False,
@@ -46,27 +46,24 @@ def plan_cmd(
     """
     with G.profile_context(profile):
         _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len, global_batch_size,
-              precision, attention, tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, sequence_parallel, zero, scenario,
+              precision, attention, generation, tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, sequence_parallel, zero, scenario,
               id, json, top, allow_tp_across_nodes, emit, out, force, explain, objective, price, tokens, ckpt_write_gbs,
               restart_s, failure_rate)
 
 
 def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len, global_batch_size,
-          precision, attention, tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, sequence_parallel, zero, scenario,
+          precision, attention, generation, tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, sequence_parallel, zero, scenario,
           id, json, top, allow_tp_across_nodes, emit, out, force, explain, objective, price, tokens, ckpt_write_gbs,
           restart_s, failure_rate) -> None:
     from planner.search.plan import plan  # noqa: PLC0415
     from planner.search.space import SearchOptions  # noqa: PLC0415
 
-    fixed = fixed_from_flags(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch_size=micro_batch_size,
-                             recompute=recompute, sequence_parallel=sequence_parallel, zero=zero)
-    if scenario:
-        setup = setup_from_scenario(scenario, id, attention)
-        setup.fixed.update(fixed)
-    else:
-        setup = setup_from_flags(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network,
-                                 seq_len, global_batch_size, precision, attention, fixed)
-    opts = SearchOptions(fixed=setup.fixed, allow_tp_across_nodes=allow_tp_across_nodes, flash_attention=setup.flash)
+    setup = setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len,
+                           global_batch_size, precision, attention, scenario, id, generation, tp=tp, pp=pp, dp=dp, cp=cp,
+                           ep=ep, vpp=vpp, micro_batch_size=micro_batch_size, recompute=recompute,
+                           sequence_parallel=sequence_parallel, zero=zero)
+    opts = SearchOptions(fixed=setup.fixed, allow_tp_across_nodes=allow_tp_across_nodes, flash_attention=setup.flash,
+                         generation=setup.generation)
     from planner.cost.flops import param_count  # noqa: PLC0415
 
     n_tokens = G.parse_count("--tokens", tokens)

@@ -100,7 +100,7 @@ def write_sweep_chart(rows: list[dict], path: str, title: str, force: bool = Fal
         ax.annotate(f"{r['gpus']}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax.set_xscale("log")
     ax.set_xlabel("expected wall-clock time (days)")
-    ax.set_ylabel("GPU-hours" + ("" if ok[0]["cost"] is None else f" (cost = GPU-h x price)"))
+    ax.set_ylabel("GPU-hours" + ("" if ok[0]["cost"] is None else " (cost = GPU-h x price)"))
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(frameon=False)
     ax.set_title(title, fontsize=9)

@@ -132,7 +132,7 @@ def estimate_table(e, title: str | None = None) -> Table:
     ]
     for k, v in e.time_breakdown_s.items():
         if v > 0:
-            rows.append(("  " + k.replace("_s", "").replace("_", " "), fmt_time(v)))
+            rows.append(("  " + k.removesuffix("_s").replace("_", " "), fmt_time(v)))
     for k, v in rows:
         t.add_row(k, v)
     return t

@@ -248,3 +248,28 @@ def test_timeline_rejects_another_document(capsys, tmp_path):
     bad.write_text(json.dumps({"schema": "planner-validate/1"}))
     code, _, err = run(capsys, "timeline", str(bad), "--out", str(tmp_path / "t.svg"))
     assert code == 2 and err.count("\n") == 1 and "planner-plan/1" in err
+
+
+def test_generation_flag_changes_the_engine_features_and_rejects_unknown_names():
+    from planner.cli.app import main
+
+    base = ["plan", "--model", "gpt3-1.3b", "--gpu", "a100-sxm4-80gb", "--gpus", "8", "-s", "2048", "-b", "64",
+            "--precision", "fp16", "--top", "1", "--json"]
+    import contextlib
+    import io
+    import json as _json
+
+    def run(extra):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            code = main(base + extra)
+        return code, buf.getvalue()
+
+    code_l, out_l = run([])
+    code_m, out_m = run(["--generation", "modern"])
+    assert code_l == 0 and code_m == 0
+    legacy = _json.loads(out_l)["plans"][0]
+    modern = _json.loads(out_m)["plans"][0]
+    assert legacy["parallel"]["cp"] == 1 and legacy["parallel"]["recompute"] != "selective"
+    assert modern["predicted"]["step_time_s"] <= legacy["predicted"]["step_time_s"]
+    assert main(base + ["--generation", "old"]) == 2
