@@ -16,7 +16,6 @@ __all__ = [
     "ALLOCATOR_RESERVE_FRACTION",
     "FRAMEWORK_BUFFER_BYTES",
     "TP_BWD_OVERLAP_FRACTION",
-    "DP_OVERLAP_FRACTION",
     "OPTIMIZER_BYTES_PER_PARAM",
     "STEP_OVERHEAD_S",
     "TRAINING_KERNEL_EFFICIENCY",
@@ -112,9 +111,6 @@ TP_BWD_OVERLAP_FRACTION = 0.5
 # overlap dominates) and shared by every overlap in the model.
 COMM_COMPUTE_OVERLAP_EFFICIENCY = 0.6
 
-# Bucketed DP gradient reduction overlapped with backward (PyTorch DDP, Li et al. VLDB 2020;
-# Megatron --overlap-grad-reduce): the last bucket cannot overlap.
-DP_OVERLAP_FRACTION = 0.9
 
 # --- Optimizer ---------------------------------------------------------------------------
 # Fused Adam with fp32 master weights and two fp32 moments: reads and writes 12 B of state
