@@ -13,9 +13,11 @@ from planner.report.tables import compact_table, console
 
 __all__ = ["models_app", "hw_app"]
 
-models_app = typer.Typer(help="Model presets: list them, or show one (a preset id, a YAML file or a Hugging Face config.json).",
+models_app = typer.Typer(help="Model presets: list them, or show one (a preset id, a YAML file or a Hugging Face config.json). "
+                         "Examples: planner models list; planner models show llama3.1-70b; planner models show path/to/config.json",
                          no_args_is_help=True)
-hw_app = typer.Typer(help="Hardware presets: GPUs, fabrics (inter-node networks) and clusters.", no_args_is_help=True)
+hw_app = typer.Typer(help="Hardware presets: GPUs, fabrics (inter-node networks) and clusters. "
+                     "Examples: planner hw list; planner hw list clusters; planner hw show h100-sxm5-80gb", no_args_is_help=True)
 app.add_typer(models_app, name="models")
 app.add_typer(hw_app, name="hw")
 

@@ -145,7 +145,13 @@ def collective_command(
     sweep: str = typer.Option(None, "--sweep", help="MIN:MAX, doubling (e.g. 8:1GiB): print an nccl-tests-style table."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (GB/s = 1e9 B/s)."),
 ) -> None:
-    """Predict the time, algorithm bandwidth and bus bandwidth of one collective."""
+    """Predict the time, algorithm bandwidth and bus bandwidth of one collective.
+
+    Examples:
+      planner collective allreduce --size 1GiB --gpu h100-sxm5-80gb --gpus 8
+      planner collective allgather --size 256MB --gpu a100-sxm4-80gb --gpus 64 --nic-gbps 200 --nics-per-node 8 --json
+      planner collective allreduce --sweep 8:1GiB --gpu a100-sxm4-80gb --gpus 16
+    """
     if op not in OPS:
         raise InputError("OP", op, "one of " + ", ".join(OPS))
     if algorithm != "auto" and algorithm not in ALGORITHMS:

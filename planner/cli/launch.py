@@ -41,7 +41,12 @@ def launch_command(
     slurm_engine: str = typer.Option("megatron", "--slurm-engine", help=f"Engine the sbatch script starts: {', '.join(SLURM_ENGINES)}."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
 ) -> None:
-    """Write launch configurations (Megatron-LM, DeepSpeed, torchtitan, SLURM) for one plan."""
+    """Write launch configurations (Megatron-LM, DeepSpeed, torchtitan, SLURM) for one plan.
+
+    Examples:
+      planner plan --json > plan.json && planner launch plan.json --engine all --out launch/
+      planner launch plan.json --engine slurm --slurm-engine torchtitan --plan-rank 2 --out launch/ --force
+    """
     if engine not in ENGINES:
         raise InputError("--engine", engine, "one of " + ", ".join(ENGINES))
     if slurm_engine not in SLURM_ENGINES:

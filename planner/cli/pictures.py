@@ -16,7 +16,9 @@ from planner.report.tables import compact_table, console, fmt_time, fmt_tokens, 
 
 __all__ = ["timeline_cmd", "chart_app", "memory_chart_cmd", "scaling_chart_cmd", "parse_counts"]
 
-chart_app = typer.Typer(help="Charts: memory per pipeline stage of a plan, throughput and MFU against GPU count.",
+chart_app = typer.Typer(help="Charts: memory per pipeline stage of a plan, throughput and MFU against GPU count. "
+                        "Examples: planner chart memory plan.json --out mem.svg; "
+                        "planner chart scaling --model llama3.1-8b --gpu h100-sxm5-80gb --gpus 8,16,32,64 --out scaling.png",
                         no_args_is_help=True)
 app.add_typer(chart_app, name="chart")
 

@@ -43,7 +43,13 @@ def ps_command(
     chart: str | None = typer.Option(None, "--chart", help="Write the crossover chart to FILE.svg or FILE.png."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Compare synchronous AllReduce with parameter-server training (sync, quorum, SSP, async)."""
+    """Compare synchronous AllReduce with parameter-server training (sync, quorum, SSP, async).
+
+    Examples:
+      planner ps
+      planner ps --rows 10000000 --zipf 1.1 --workers 32 --servers 8 --replicas 1 --json
+      planner ps --sweep --chart crossover.svg
+    """
     from planner.paramserver import PSCluster, evaluate, preset  # noqa: PLC0415 (numpy: load lazily)
     from planner.paramserver_report import format_result, format_sweep, sweep, write_chart  # noqa: PLC0415
 

@@ -273,3 +273,18 @@ def test_generation_flag_changes_the_engine_features_and_rejects_unknown_names()
     assert legacy["parallel"]["cp"] == 1 and legacy["parallel"]["recompute"] != "selective"
     assert modern["predicted"]["step_time_s"] <= legacy["predicted"]["step_time_s"]
     assert main(base + ["--generation", "old"]) == 2
+
+
+def test_every_command_help_has_an_example():
+    from planner.cli.app import main
+    import contextlib
+    import io
+
+    commands = ["plan", "estimate", "validate", "explain", "launch", "timeline", "chart", "collective", "ps",
+                "schema", "models", "hw", "goodput", "sweep", "calibrate", "hetero"]
+    for cmd in commands:
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            code = main([cmd, "--help"])
+        assert code == 0, cmd
+        assert "example" in buf.getvalue().lower(), cmd
