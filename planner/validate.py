@@ -72,6 +72,11 @@ def fill_and_predict(run: Run, opts: SearchOptions | None = None) -> RunResult:
     base = opts or SearchOptions()
     opts = SearchOptions(fixed=fixed, allow_tp_across_nodes=True, max_micro_batch=base.max_micro_batch,
                          flash_attention=base.flash_attention, generation=base.generation, uneven_split=base.uneven_split and not run.parallel.get("layers_per_stage"))
+    from planner.engines import default_generation, features  # noqa: PLC0415
+
+    flash = opts.flash_attention
+    if flash is None:
+        flash = features(opts.generation or default_generation(run.job))["flash_attention"]
     try:
         best = plan(run.model, run.cluster, run.job, top_k=1, options=opts).plans[0]
         par, est = best.parallel, best.estimate
@@ -79,10 +84,10 @@ def fill_and_predict(run: Run, opts: SearchOptions | None = None) -> RunResult:
         if exc.nearest is None:
             raise
         par = exc.nearest
-        est = estimate(run.model, run.cluster, run.job, par, flash_attention=opts.flash_attention)
+        est = estimate(run.model, run.cluster, run.job, par, flash_attention=flash)
     if run.parallel.get("layers_per_stage"):
         par = ParallelConfig(**{**par.__dict__, "layers_per_stage": tuple(run.parallel["layers_per_stage"])})
-        est = estimate(run.model, run.cluster, run.job, par, flash_attention=opts.flash_attention)
+        est = estimate(run.model, run.cluster, run.job, par, flash_attention=flash)
     filled = tuple(sorted(f for f in _MAP if f not in fixed))
     meas = (run.measured or {}).get("step_time_s")
     return RunResult(run.id, par, filled, est, meas)

@@ -24,16 +24,29 @@ from planner.cost.result import Estimate
 from planner.errors import InputError
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
-__all__ = ["Estimate", "estimate", "check_parallel", "even_split", "default_flash", "layer_costs", "stage_time_parts", "stage_memory", "stage_sync", "dense_counts"]
+__all__ = ["Estimate", "estimate", "check_parallel", "even_split", "default_flash", "layer_costs", "stage_time_parts", "stage_memory", "stage_sync", "dense_counts", "check_precision"]
 
 
-def even_split(layers: int, pp: int) -> tuple[int, ...]:
+def even_split(layers: int, pp: int, vpp: int = 1) -> tuple[int, ...]:
+    """The default split: as even as possible, extra layers on the last stages. With
+    interleaving, whole chunks of ``vpp`` layers are spread (each stage holds a multiple of
+    ``vpp``: one equal share per virtual stage), which needs ``layers % vpp == 0``."""
+    if vpp > 1 and layers % vpp == 0 and layers // vpp >= pp:
+        return tuple(vpp * n for n in even_split(layers // vpp, pp))
     base, rem = divmod(layers, pp)
     return tuple(base + (1 if i >= pp - rem else 0) for i in range(pp))
 
 
+def check_precision(cluster: ClusterSpec, job: Job) -> None:
+    """The GPU must have tensor cores for the job's precision (no FP8 on A100, no BF16 on V100)."""
+    if job.precision not in cluster.gpu.peak_flops:
+        raise InputError("job.precision", job.precision,
+                         f"a precision {cluster.gpu.id} supports ({', '.join(sorted(k for k in cluster.gpu.peak_flops if k != 'tf32'))})")
+
+
 def check_parallel(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig) -> None:
     """Raise InputError when ``par`` breaks a rule the engines enforce."""
+    check_precision(cluster, job)
     if par.world != cluster.num_gpus:
         raise InputError("parallel", f"tp*pp*dp*cp = {par.tp}*{par.pp}*{par.dp}*{par.cp} = {par.world}", f"the GPU count {cluster.num_gpus}")
     if model.heads % par.tp:
@@ -44,9 +57,11 @@ def check_parallel(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parall
         raise InputError("parallel.micro_batch_size", par.micro_batch_size, f"micro_batch_size * dp ({par.micro_batch_size}*{par.dp}) dividing the global batch {job.global_batch_size}")
     if par.cp > 1 and job.seq_len % (2 * par.cp):
         raise InputError("parallel.cp", par.cp, f"2*cp dividing the sequence length {job.seq_len}")
+    if par.zero >= 2 and par.pp > 1:
+        raise InputError("parallel.zero", par.zero, "0 or 1 with pipeline parallelism (Megatron and DeepSpeed pipelines shard at most the optimizer)")
     if par.pp > model.layers:
         raise InputError("parallel.pp", par.pp, f"at most the layer count ({model.layers})")
-    lps = par.layers_per_stage or even_split(model.layers, par.pp)
+    lps = par.layers_per_stage or even_split(model.layers, par.pp, par.vpp)
     if sum(lps) != model.layers:
         raise InputError("parallel.layers_per_stage", list(lps), f"stages summing to {model.layers} layers")
     if par.vpp > 1:
@@ -185,7 +200,9 @@ def stage_memory(model: ModelSpec, job: Job, par: ParallelConfig, flash: bool, s
     w = dense_p * bpp["weights"] + params["experts"] * bpp_e["weights"]
     g = dense_p * bpp["gradients"] + params["experts"] * bpp_e["gradients"]
     o = dense_p * bpp["optimizer"] + params["experts"] * bpp_e["optimizer"]
-    inflight = M.inflight_microbatches(stage, pp, v, m)
+    # GPipe runs every forward before any backward, so each stage holds all m micro-batches
+    # (Huang et al. 2019); 1F1B and interleaving bound it by the pipeline depth.
+    inflight = float(m) if par.schedule == "gpipe" else M.inflight_microbatches(stage, pp, v, m)
     acts = a_layer * n * inflight + (a_full if n else 0.0)
     if stage == 0:
         u = 1.0 / tp if sp else 1.0
@@ -256,9 +273,11 @@ def estimate(
     s, tp, pp, v = job.seq_len, par.tp, par.pp, par.vpp
     flash = flash_attention and gpu_generation(gpu) != "other"
     m = par.num_microbatches(job.global_batch_size)
-    lps = par.layers_per_stage or even_split(model.layers, pp)
+    lps = par.layers_per_stage or even_split(model.layers, pp, par.vpp)
     links = group_links(cluster, par)
     notes: list[str] = []
+    if par.schedule == "zb":
+        notes.append("zero-bubble schedule priced as 1F1B: its bubble is an upper bound (Qi et al. 2023 remove most of it)")
 
     costs = layer_costs(model, cluster, job, par, flash)
     raw = costs[4]
@@ -299,7 +318,8 @@ def estimate(
     emb_sync = 0.0
     if pp > 1 and model.tied_embeddings:
         emb_bytes = model.vocab * model.hidden / tp * grad_b
-        emb_sync = links["pp"].intra.latency_s + emb_bytes / (links["pp"].inter if links["pp"].m > 1 else links["pp"].intra).bandwidth_bytes_per_s
+        lvl = links["pp"].inter if links["pp"].m > 1 else links["pp"].intra
+        emb_sync = lvl.latency_s + emb_bytes / lvl.bandwidth_bytes_per_s
     step = t_pipe + dp_exposed + zero3_exposed + opt_t + emb_sync + C.STEP_OVERHEAD_S
 
     # --- FLOPs and utilisation ----------------------------------------------------------------
@@ -312,9 +332,10 @@ def estimate(
             lf = layer_flops(model, gbs, s, moe_l)
             fwd_matmul += count * lf.matmul
             fwd_core += count * lf.attn_core
-    core_exec = fwd_core / 2 if flash else fwd_core
-    rec_flops = {"full": fwd_matmul + core_exec, "selective": core_exec}.get(par.recompute, 0.0)
-    executed = 3 * (fwd_matmul + core_exec) + 3 * logits_flops(model, gbs, s) + rec_flops
+    # HFU adds the recomputed forward to the model FLOPs, in the same (full-square) attention
+    # convention as MFU, so HFU >= MFU always (Korthikanti et al. 2022 sec. 6 define HFU this way).
+    rec_flops = {"full": fwd_matmul + fwd_core, "selective": fwd_core}.get(par.recompute, 0.0)
+    executed = model_flops + rec_flops
     n = cluster.num_gpus
     peak16 = gpu.peak("bf16")
     mfu = model_flops / (step * n * peak16)
@@ -360,8 +381,10 @@ def estimate(
         f"ep comm ({links['ep'].link})": breakdown["ep_comm_exposed_s"],
     }
     bound = max(bound_terms, key=bound_terms.get)
-    if peak_mem > 0.95 * cap:
-        bound = "memory" if peak_mem <= cap else "memory (does not fit)"
+    if peak_mem > cap:
+        bound = "memory (does not fit)"
+    elif peak_mem > 0.95 * cap:
+        notes.append(f"memory headroom {100 * (1 - peak_mem / cap):.1f}%: little room for fragmentation beyond the modelled reserve")
     return Estimate(
         step_time_s=step,
         tokens_per_s=tokens / step,

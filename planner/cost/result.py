@@ -42,7 +42,7 @@ class Estimate:
             "executed_flops_per_step": self.executed_flops,
             "flop_conventions": {
                 "mfu": "model FLOPs: 3 x forward, full-square attention, no recompute (Narayanan 2021 eq. 3 without the recompute term), over the dense 16-bit peak",
-                "hfu": "executed FLOPs: with recompute, causal half of attention when flash attention runs",
+                "hfu": "model FLOPs plus the recomputed forward (same full-square attention convention), over the dense 16-bit peak",
             },
             "memory_peak_bytes": self.memory_peak_bytes,
             "memory_capacity_bytes": self.memory_capacity_bytes,

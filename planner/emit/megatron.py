@@ -12,7 +12,7 @@ from __future__ import annotations
 from planner.emit.common import LaunchSpec, PlanView, comment, provenance_lines, render_torchrun
 from planner.errors import InputError
 
-__all__ = ["MEGATRON_TARGET", "MEGATRON_SCRIPT", "USER_BLOCK", "megatron_args", "megatron_env", "megatron_launch_spec",
+__all__ = ["pipeline_layout", "MEGATRON_TARGET", "MEGATRON_SCRIPT", "USER_BLOCK", "megatron_args", "megatron_env", "megatron_launch_spec",
            "megatron_notes", "megatron_files"]
 
 MEGATRON_TARGET = "Megatron-LM main @ d98e8a64, pretrain_gpt.py"
@@ -54,19 +54,22 @@ def _moe_args(v: PlanView) -> list[str]:
     return [str(x) for x in a]
 
 
+def pipeline_layout(stages: tuple[int, ...] | list[int], vpp: int) -> str:
+    """Megatron's ``--pipeline-model-parallel-layout`` for a split of layers over pipeline ranks,
+    each rank's layers divided equally over its ``vpp`` model chunks."""
+    pp = len(stages)
+    segments = ["t" * (stages[j % pp] // vpp) for j in range(pp * vpp)]
+    segments[0] = "E" + segments[0]
+    segments[-1] = segments[-1] + "L"
+    return "|".join(segments)
+
+
 def _pipeline_args(v: PlanView) -> list[str]:
     p = v.parallel
     a: list[object] = []
     if p.schedule not in ("1f1b", "interleaved"):
         raise InputError("parallel.schedule", p.schedule, "1f1b or interleaved for Megatron-LM")
     stages = v.stage_layers
-    if v.uneven:
-        middle = stages[1:-1]
-        if len(set(middle)) > 1:
-            raise InputError("parallel.layers_per_stage", list(stages),
-                             "equal middle stages: Megatron-LM can only make the first and last stage uneven "
-                             "(--decoder-first/last-pipeline-num-layers)")
-        a += ["--decoder-first-pipeline-num-layers", stages[0], "--decoder-last-pipeline-num-layers", stages[-1]]
     if p.vpp > 1:
         for r, n in enumerate(stages):
             if n % p.vpp:
@@ -76,6 +79,16 @@ def _pipeline_args(v: PlanView) -> list[str]:
         if v.num_microbatches % p.pp:
             raise InputError("parallel.num_microbatches", v.num_microbatches,
                              f"a multiple of pp ({p.pp}) for Megatron's interleaved schedule")
+    if v.uneven and len(set(stages[1:-1])) > 1:
+        # Unequal middle stages: --pipeline-model-parallel-layout lists the pp x vpp virtual
+        # stages in schedule order (virtual stage j on rank j % pp, model chunk j // pp);
+        # E = embedding, t = one transformer layer, L = output layer and loss (sec. 2.2). It
+        # replaces the first/last and virtual-stage flags.
+        a += ["--pipeline-model-parallel-layout", pipeline_layout(stages, p.vpp)]
+        return [str(x) for x in a]
+    if v.uneven:
+        a += ["--decoder-first-pipeline-num-layers", stages[0], "--decoder-last-pipeline-num-layers", stages[-1]]
+    if p.vpp > 1:
         if v.uneven:
             # --num-layers-per-virtual-pipeline-stage is rejected with uneven first/last stages.
             a += ["--num-virtual-stages-per-pipeline-rank", p.vpp]

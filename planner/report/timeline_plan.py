@@ -123,7 +123,7 @@ def stage_phases(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parallel
     the rank's virtual stages together), and the seconds of one pipeline send."""
     costs = layer_costs(model, cluster, job, par, flash)
     cost_d, cost_m, last_extra, pp_comm, raw = costs
-    lps = par.layers_per_stage or even_split(model.layers, par.pp)
+    lps = par.layers_per_stage or even_split(model.layers, par.pp, par.vpp)
     dcounts = dense_counts(model, tuple(lps))
     full = par.recompute == "full"
     fwd_frac = (cost_d["compute"] - raw["bwd_dense_s"]) / cost_d["compute"] if cost_d["compute"] > 0 else 1 / 3

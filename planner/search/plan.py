@@ -1,4 +1,8 @@
-"""plan(model, cluster, job) -> the top-K parallel plans, best first, proven best under the model.
+"""plan(model, cluster, job) -> the top-K parallel plans, best first, best under the model.
+
+Exact up to two documented approximations: an uneven layer split is not sought when it could
+gain less than SPLIT_MIN_GAIN (0.2%), and the split program uses two-point affine fits of
+each stage's quantities (collective times are affine in bytes for a fixed algorithm).
 
 1. Enumerate the candidate space (:mod:`planner.search.space`), as plain tuples.
 2. Prune what cannot fit: model states alone (a lower bound of memory) over capacity.
@@ -26,7 +30,7 @@ import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 
-from planner.cost.estimate import Estimate, estimate, layer_costs, stage_time_parts
+from planner.cost.estimate import Estimate, check_precision, estimate, layer_costs, stage_time_parts
 from planner.cost.flops import embedding_params, layer_params
 from planner.cost.memory import bytes_per_param
 from planner.engines import default_generation, features
@@ -182,6 +186,7 @@ def plan(
     t0 = time.perf_counter()
     deadline = t0 + limit
     opts = options or SearchOptions()
+    check_precision(cluster, job)
     check_fixed(model, cluster, job, opts)
     flash = features(opts.generation or default_generation(job))["flash_attention"] if opts.flash_attention is None else opts.flash_attention
     cap = cluster.gpu.memory_bytes
@@ -309,7 +314,9 @@ def _no_fit(model, cluster, job, nearest, cap) -> NoFeasiblePlan:
         return NoFeasiblePlan(f"no configuration of {model.name} fits on {cluster.num_gpus} x {cluster.gpu.id}")
     need, est, par = nearest
     hints = []
-    if par.recompute != "full":
+    short = need - cap
+    acts = max((st.activations_bytes for st in est.stages), default=0.0) if est is not None else 0.0
+    if par.recompute != "full" and acts > short:
         hints.append("full activation recompute (--recompute full)")
     if par.zero < 3 and par.pp == 1:
         hints.append("ZeRO-3 / FSDP sharding (--zero 3)")

@@ -101,8 +101,13 @@ def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: Sea
         if pp == 1:
             vpps = [1]
         else:
-            base = model.layers // pp
-            vpps = [v for v in range(1, opts.max_vpp + 1) if base and model.layers % pp == 0 and base % v == 0]
+            # Interleaving needs every stage to hold whole chunks: v | layers, at least one chunk
+            # per virtual stage (stages may differ by whole chunks, as in Llama 3's 126 layers).
+            L = model.layers
+            if L % pp == 0:  # equal stages: v divides each stage's layers
+                vpps = [v for v in range(1, opts.max_vpp + 1) if (L // pp) % v == 0]
+            else:
+                vpps = [v for v in range(1, opts.max_vpp + 1) if L % v == 0 and L >= pp * v]
             if not vpps:
                 vpps = [1]
         if fx.get("vpp") is not None:  # a fixed vpp must still satisfy the pipeline's rules

@@ -63,6 +63,13 @@ def test_flags_match_plan(fixture, rank):
     layers = one(f, "--num-layers")
     first = f.get("--decoder-first-pipeline-num-layers")
     last = f.get("--decoder-last-pipeline-num-layers")
+    if "--pipeline-model-parallel-layout" in f:
+        layout = f["--pipeline-model-parallel-layout"][0].split("|")
+        assert len(layout) == pp * p.vpp and first is None and last is None
+        per_rank = [sum(seg.count("t") for seg in layout[r::pp]) for r in range(pp)]
+        assert per_rank == list(v.stage_layers) and sum(per_rank) == layers
+        assert layout[0].startswith("E") and layout[-1].endswith("L")
+        return
     if v.uneven:
         a, b = int(first[0]), int(last[0])
         assert (a, b) == (v.stage_layers[0], v.stage_layers[-1])
@@ -108,11 +115,22 @@ def test_bash_n(tmp_path, fixture, rank):
     bash_n(path)
 
 
-def test_uneven_middle_stages_rejected():
+def test_uneven_middle_stages_use_the_layout_flag():
     doc = copy.deepcopy(load("llama70b_64gpu"))
     doc["plans"][0]["parallel"].update(vpp=1, schedule="1f1b", layers_per_stage=[18, 20, 24, 18])
-    with pytest.raises(InputError, match="first and last"):
-        emit_files(doc, "megatron", 1)
+    _, f = megatron_flags(doc, 1)
+    assert f["--pipeline-model-parallel-layout"] == ["E" + "t" * 18 + "|" + "t" * 20 + "|" + "t" * 24 + "|" + "t" * 18 + "L"]
+    assert "--decoder-first-pipeline-num-layers" not in f
+
+
+def test_interleaved_uneven_layout_orders_virtual_stages_chunk_major():
+    from planner.emit.megatron import pipeline_layout
+
+    # 126 layers (Llama 3.1 405B) on 4 ranks x 2 chunks, ranks (30, 32, 32, 32): rank r holds
+    # virtual stages r and r + 4.
+    layout = pipeline_layout((30, 32, 32, 32), 2).split("|")
+    assert [seg.count("t") for seg in layout] == [15, 16, 16, 16, 15, 16, 16, 16]
+    assert layout[0].startswith("E") and layout[-1].endswith("L")
 
 
 def test_uneven_first_only_and_vpp_uses_virtual_stages_flag():
@@ -204,8 +222,7 @@ def test_megatron_core_transformer_config_accepts(fixture, rank):
 
 # --- Megatron-LM's own argument parser (needs a Megatron-LM checkout) ------------------------
 
-@pytest.mark.parametrize("fixture,rank", ALL_PLANS)
-def test_megatron_lm_parse_and_validate_args(fixture, rank, monkeypatch):
+def _megatron_lm_accepts(doc: dict, rank: int) -> None:
     """Run Megatron-LM's parse_args + validate_args on the emitted arguments. The parser is
     in the Megatron-LM repository, not the megatron-core wheel: set PLANNER_MEGATRON_LM to a
     checkout (tested at main @ d98e8a64 with the import shims in megatron_lm_shim.py)."""
@@ -215,7 +232,6 @@ def test_megatron_lm_parse_and_validate_args(fixture, rank, monkeypatch):
     import subprocess
     import sys
 
-    doc = load(fixture)
     v = load_plan_view(doc, rank)
     words, f = megatron_flags(doc, rank)
     prog = next(i for i, w in enumerate(words) if w.endswith("pretrain_gpt.py"))
@@ -235,3 +251,16 @@ def test_megatron_lm_parse_and_validate_args(fixture, rank, monkeypatch):
                          text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     assert f"DP {v.parallel.dp} VPP {v.parallel.vpp if v.parallel.vpp > 1 else None}" in res.stdout
+
+
+@pytest.mark.parametrize("fixture,rank", ALL_PLANS)
+def test_megatron_lm_parse_and_validate_args(fixture, rank):
+    _megatron_lm_accepts(load(fixture), rank)
+
+
+@pytest.mark.parametrize("vpp", [1, 2])
+def test_megatron_lm_accepts_the_layout_flag(vpp):
+    doc = copy.deepcopy(load("llama70b_64gpu"))
+    doc["plans"][0]["parallel"].update(vpp=vpp, schedule="interleaved" if vpp > 1 else "1f1b",
+                                       layers_per_stage=[18, 20, 24, 18])
+    _megatron_lm_accepts(doc, 1)
