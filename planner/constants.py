@@ -92,9 +92,10 @@ HBM_STREAM_EFFICIENCY = 0.7
 FLASH_ATTENTION_EFFICIENCY: dict[str, float] = {"ampere": 0.55, "hopper": 0.45, "blackwell": 0.37, "other": 0.40}
 
 # --- Memory ------------------------------------------------------------------------------
-# PyTorch's caching allocator keeps freed blocks; fragmentation typically costs 5-10% of the
-# device (Megatron/torch memory reports: max_reserved / max_allocated ~1.05-1.15). We reserve
-# 10% so that the predicted peak errs high.
+# PyTorch's caching allocator keeps freed blocks; fragmentation typically costs 5-15% on top of
+# what is allocated (Megatron/torch memory reports: max_reserved / max_allocated ~1.05-1.15).
+# We add 10% of the allocated bytes (model states, activations, logits) so that the predicted
+# peak errs high.
 ALLOCATOR_RESERVE_FRACTION = 0.10
 # CUDA context, cuBLAS/cuDNN workspaces and NCCL buffers: ~1.5-3 GiB per GPU in practice
 # (CUDA context ~0.5-0.8 GiB; NCCL channel buffers 4 MiB x channels x peers; cuBLAS workspace).
@@ -128,7 +129,7 @@ STEP_OVERHEAD_S = 0.02
 # FA3 fwd, hdim 128, B*S = 16k, on Hopper: 430 / 517 / 566 / 590 / 614 / 621 TFLOP/s at
 # s = 512 / 1k / 2k / 4k / 8k / 16k (pytorch/benchmark PR #2391; kernel_throughput.md sec. 2).
 # eff(s) proportional to s / (s + s_half) reproduces the ratios to 8k (0.70 0.84 0.92 0.96) with
-# s_half = 220 tokens (0.74 0.86 0.93 0.98). FLASH_ATTENTION_EFFICIENCY holds at the reference
+# s_half = 220 tokens (0.72 0.85 0.93 0.97 at 512, 1K, 2K, 4K). FLASH_ATTENTION_EFFICIENCY holds at the reference
 # length 8192 (the in-step H200 measurement), so eff(s) = table * f(s) / f(8192).
 FLASH_ATTENTION_SEQ_HALF = 220.0
 FLASH_ATTENTION_REFERENCE_SEQ = 8192.0

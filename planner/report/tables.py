@@ -99,7 +99,7 @@ def plans_table(plans: list) -> Table:
     for p in plans:
         par, e = p.parallel, p.estimate
         degrees = f"{par.tp}/{par.pp}/{par.dp}/{par.cp}" + (f" ep{par.ep}" if par.ep > 1 else "")
-        mem = f"{gib(e.memory_peak_bytes)}/{e.memory_capacity_bytes / GIB:.0f}"
+        mem = f"{gib(e.memory_peak_bytes)}/{e.memory_capacity_bytes / GIB:.3g}"
         style = "red" if not e.fits else ("yellow" if e.memory_peak_bytes > 0.9 * e.memory_capacity_bytes else "")
         t.add_row(
             str(p.rank), degrees, f"{par.micro_batch_size}x{e.num_microbatches}", str(par.vpp),
