@@ -37,11 +37,16 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", "-V", help="Print the version and exit.", callback=_version, is_eager=True),
+    debug: bool = typer.Option(False, "--debug", help="Show a traceback instead of the one-line error (any position)."),
+    time_limit: float = typer.Option(30.0, "--time-limit", help="Seconds the search may take before exit 3 with the best plans so far (any position)."),
 ) -> None:
     """Parallelism auto-planner for training large models: predict, search, emit launch configs.
 
     Start with `planner plan` (a built-in example), then `planner plan --help`.
+    Exit codes: 0 plans found, 1 nothing fits (nearest miss printed), 2 bad input, 3 solver time limit.
     """
+    # --debug and --time-limit are taken out of the arguments by main() wherever they appear;
+    # they are declared here so that --help lists them.
 
 
 def fail(message: str, code: int = 2) -> None:
