@@ -105,7 +105,9 @@ def plan_context(doc: dict, rank: int = 1) -> PlanContext:
         if key not in hw:
             raise InputError(f"plan.hardware.{key}", None, "a value")
     gpn = hw.get("gpus_per_node")
-    intra = {"domain_size": hw["nvlink_domain"]} if hw.get("nvlink_domain") and gpn and hw["nvlink_domain"] > gpn else None
+    intra = hw.get("intra_node")  # the full link description (documents since the intra_node block)
+    if not isinstance(intra, dict):
+        intra = {"domain_size": hw["nvlink_domain"]} if hw.get("nvlink_domain") and gpn and hw["nvlink_domain"] > gpn else None
     cluster = make_cluster(hw["gpu"], hw["num_gpus"], gpn, hw.get("inter_node"), intra)
     par_d = entry.get("parallel")
     if not isinstance(par_d, dict):
