@@ -88,7 +88,9 @@ HBM_STREAM_EFFICIENCY = 0.7
 # FlashAttention fwd+bwd achieved / dense peak, by GPU generation, measured inside training
 # (kernel_throughput.md sec. 2): A100 FA2 50-73% (arXiv 2307.08691); H100/H200 FA3 in a real
 # 8B step 45% (ml-engineering when-to-upgrade); B200 FA4 in-step 37%. Backward runs at
-# ~0.85-0.9 of forward efficiency. Values are for causal attention at s >= 2k.
+# ~0.85-0.9 of forward efficiency. Values are for causal attention at s >= 2k. "other" (AMD
+# MI300X through Composable Kernel) has no in-training measurement here: 0.40 is a judgement
+# below Hopper, consistent with MI300X's lower matmul ceiling (kernel_throughput.md sec. 1.1).
 FLASH_ATTENTION_EFFICIENCY: dict[str, float] = {"ampere": 0.55, "hopper": 0.45, "blackwell": 0.37, "other": 0.40}
 
 # --- Memory ------------------------------------------------------------------------------

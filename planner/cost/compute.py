@@ -28,6 +28,7 @@ from planner.cost.flops import attn_core_head_dims, attn_proj_dims, mlp_matrices
 from planner.specs import GpuSpec, ModelSpec
 
 __all__ = [
+    "supports_flash",
     "LayerTimes", "gemm_time", "layer_times", "logits_times", "gpu_generation", "shape_half_dim",
     "attention_efficiency", "moe_load_factor", "fp8_quant_time",
 ]
@@ -35,7 +36,14 @@ __all__ = [
 ACT_BYTES = 2  # bf16/fp16 activations
 
 
+def supports_flash(gpu: GpuSpec) -> bool:
+    """FlashAttention-2 needs Ampere or newer on NVIDIA (not V100); AMD CDNA3 (MI300X) runs it
+    through Composable Kernel (ROCm/flash-attention)."""
+    return gpu.id.startswith("mi") or gpu.peak("bf16") / 1e12 >= 200
+
+
 def gpu_generation(gpu: GpuSpec) -> str:
+    """Flash-attention efficiency class; "other" (no in-training measurement) for AMD and V100."""
     bf16 = gpu.peak("bf16") / 1e12
     if gpu.id.startswith("mi"):
         return "other"
@@ -226,7 +234,7 @@ def layer_times(
 
     heads_local = model.heads / tp
     dqk, dv = attn_core_head_dims(model)
-    if flash_attention and gpu_generation(gpu) != "other":
+    if flash_attention and supports_flash(gpu):
         # Causal: half the square is computed (what flash attention executes). With context
         # parallelism each rank holds s/cp queries (two load-balanced chunks) against, on
         # average, half of all s keys, in cp ring steps over key blocks of s/cp tokens

@@ -18,8 +18,8 @@ from functools import lru_cache
 from planner import constants as C
 from planner.cost import memory as M
 from planner.cost.comm import alltoall_time, cp_ring_exposed, cp_ring_time, dp_collective_time, group_links, moe_dispatch_bytes, p2p_time, tp_allreduce_time
-from planner.cost.compute import gpu_generation, layer_times, logits_times, moe_load_factor
-from planner.cost.flops import kv_exchange_width, layer_flops, logits_flops, step_model_flops
+from planner.cost.compute import supports_flash, layer_times, logits_times, moe_load_factor
+from planner.cost.flops import kv_exchange_width, layer_flops, step_model_flops
 from planner.cost.result import Estimate
 from planner.errors import InputError
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
@@ -271,7 +271,7 @@ def estimate(
     gpu = cluster.gpu
     prec = job.precision
     s, tp, pp, v = job.seq_len, par.tp, par.pp, par.vpp
-    flash = flash_attention and gpu_generation(gpu) != "other"
+    flash = flash_attention and supports_flash(gpu)
     m = par.num_microbatches(job.global_batch_size)
     lps = par.layers_per_stage or even_split(model.layers, pp, par.vpp)
     links = group_links(cluster, par)
