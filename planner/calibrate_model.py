@@ -84,9 +84,9 @@ def current_values() -> dict[str, float]:
 
 def clear_cost_caches() -> None:
     """Clear the memos that hold results computed with the old constants."""
-    from planner.cost import collectives, comm, compute, estimate, memory  # noqa: PLC0415
+    from planner.cost import collectives, comm, compute, estimate, memory, stages  # noqa: PLC0415
 
-    for mod in (compute, estimate, comm, memory, collectives):
+    for mod in (compute, estimate, stages, comm, memory, collectives):
         for obj in list(vars(mod).values()):
             if callable(getattr(obj, "cache_clear", None)) and getattr(obj, "__module__", "") == mod.__name__:
                 obj.cache_clear()

@@ -32,7 +32,7 @@ __all__ = [
     "pareto_front",
 ]
 
-SECONDS_PER_HOUR = 3600.0
+from planner.goodput import SECONDS_PER_HOUR  # noqa: E402  (one definition)
 
 
 def _number(name: str, value: object, *, positive: bool, upper: float | None = None) -> float:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from planner.errors import InputError
 from planner.specs import Job
 
-__all__ = ["GENERATIONS", "default_generation", "features"]
+__all__ = ["GENERATIONS", "default_generation", "features", "resolve_flash"]
 
 GENERATIONS = ("legacy", "modern")
 
@@ -40,3 +40,11 @@ def features(generation: str) -> dict[str, bool]:
     modern = generation == "modern"
     return {"flash_attention": modern, "sequence_parallel": modern, "tp_comm_overlap": modern,
             "selective_recompute": modern, "context_parallel": modern, "async_tp_allreduce": modern}
+
+
+def resolve_flash(job: Job, generation: str | None = None, flash: bool | None = None) -> bool:
+    """The attention kernel of a prediction: an explicit choice wins, else the generation's
+    (given, or inferred from the precision)."""
+    if flash is not None:
+        return bool(flash)
+    return features(generation or default_generation(job))["flash_attention"]

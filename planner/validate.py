@@ -72,11 +72,9 @@ def fill_and_predict(run: Run, opts: SearchOptions | None = None) -> RunResult:
     base = opts or SearchOptions()
     opts = SearchOptions(fixed=fixed, allow_tp_across_nodes=True, max_micro_batch=base.max_micro_batch,
                          flash_attention=base.flash_attention, generation=base.generation, uneven_split=base.uneven_split and not run.parallel.get("layers_per_stage"))
-    from planner.engines import default_generation, features  # noqa: PLC0415
+    from planner.engines import resolve_flash  # noqa: PLC0415
 
-    flash = opts.flash_attention
-    if flash is None:
-        flash = features(opts.generation or default_generation(run.job))["flash_attention"]
+    flash = resolve_flash(run.job, opts.generation, opts.flash_attention)
     try:
         best = plan(run.model, run.cluster, run.job, top_k=1, options=opts).plans[0]
         par, est = best.parallel, best.estimate

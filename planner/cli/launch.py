@@ -12,10 +12,10 @@ from pathlib import Path
 import typer
 
 from planner.cli.app import app
+from planner.errors import InputError
 
 ENGINES = ("megatron", "deepspeed", "torchtitan", "slurm", "all")  # planner.emit.ENGINES (checked in tests)
 SLURM_ENGINES = ("megatron", "deepspeed", "torchtitan")  # planner.emit.slurm.SLURM_ENGINES
-from planner.errors import InputError
 
 __all__ = ["launch_command", "read_plan"]
 

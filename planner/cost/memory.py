@@ -34,6 +34,7 @@ from planner.cost.flops import attn_proj_dims, embedding_params, layer_params, m
 from planner.specs import ModelSpec
 
 __all__ = [
+    "grad_bytes",
     "StageMemory",
     "bytes_per_param",
     "activation_bytes_per_layer",
@@ -42,11 +43,17 @@ __all__ = [
 ]
 
 
+def grad_bytes(precision: str) -> float:
+    """Bytes per gradient element held and reduced: fp32 main gradients for bf16/fp8 (Megatron
+    accumulates and all-reduces them in fp32), 16-bit for fp16 (DeepSpeed/Megatron fp16)."""
+    return 2.0 if precision == "fp16" else 4.0
+
+
 def bytes_per_param(precision: str, zero: int, dp: int) -> dict[str, float]:
     """Model-state bytes per parameter held by one GPU, after ZeRO sharding over ``dp``."""
     fp8 = C.FP8_WEIGHT_COPY_BYTES_PER_PARAM if precision == "fp8" else 0.0
     w = 2.0
-    g = 2.0 if precision == "fp16" else 4.0
+    g = grad_bytes(precision)
     o = 12.0
     return {
         "weights": w / dp if zero >= 3 else w + fp8,

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from planner.cost.estimate import Estimate, check_precision, estimate, layer_costs, stage_time_parts
 from planner.cost.flops import embedding_params, layer_params
 from planner.cost.memory import bytes_per_param
-from planner.engines import default_generation, features
+from planner.engines import resolve_flash
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
 from planner.search.space import SearchOptions, candidate_tuples, to_parallel
 from planner.search.split import optimal_split, solver_name
@@ -188,7 +188,7 @@ def plan(
     opts = options or SearchOptions()
     check_precision(cluster, job)
     check_fixed(model, cluster, job, opts)
-    flash = features(opts.generation or default_generation(job))["flash_attention"] if opts.flash_attention is None else opts.flash_attention
+    flash = resolve_flash(job, opts.generation, opts.flash_attention)
     cap = cluster.gpu.memory_bytes
     pool = []
     for t in candidate_tuples(model, cluster, job, opts):

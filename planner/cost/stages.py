@@ -1,0 +1,180 @@
+"""Per-layer and per-stage quantities of one configuration: time per micro-batch (compute and
+exposed tensor/context/expert-parallel traffic), memory, and the once-per-step gradient
+synchronisation and optimizer. :func:`planner.cost.estimate.estimate` assembles them; the
+layer-split program (:mod:`planner.search.split`) evaluates them per stage."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from planner import constants as C
+from planner.cost import memory as M
+from planner.cost.comm import alltoall_time, cp_ring_exposed, cp_ring_time, dp_collective_time, group_links, moe_dispatch_bytes, p2p_time, tp_allreduce_time
+from planner.cost.compute import layer_times, logits_times, moe_load_factor
+from planner.cost.flops import kv_exchange_width
+from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
+
+__all__ = ["layer_costs", "stage_time_parts", "dense_counts", "stage_memory", "stage_sync"]
+
+
+def _per_rank_links(g):
+    """The same group with one rank per domain: each rank drives only its own NIC share."""
+    from planner.cost.comm import GroupLinks  # noqa: PLC0415
+
+    return GroupLinks(g.size, 1, g.size, g.intra, g.inter) if g.m > 1 else g
+
+
+def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, flash: bool) -> tuple:
+    """Per layer and micro-batch on one GPU: (dense costs, MoE costs, last-stage extra,
+    per-stage pipeline send/recv, raw times), each cost a dict of seconds by kind.
+
+    Cached on the fields that matter (not ZeRO or the layer split), so the search reuses it."""
+    key = (par.tp, par.pp, par.dp, par.cp, par.ep, par.vpp, par.micro_batch_size, par.recompute,
+           par.sequence_parallel and par.tp > 1, par.tp_comm_overlap, par.async_tp_allreduce)
+    return _layer_costs(model, cluster, job, key, flash)
+
+
+@lru_cache(maxsize=65536)
+def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, flash: bool) -> tuple:
+    tp_, pp_, dp_, cp_, ep_, v_, mb_, rec_, sp_, tpo_, asy_ = key
+    par = ParallelConfig(tp=tp_, pp=pp_, dp=dp_, cp=cp_, ep=ep_, vpp=v_, micro_batch_size=mb_, recompute=rec_,
+                         sequence_parallel=sp_, tp_comm_overlap=tpo_, async_tp_allreduce=asy_)
+    gpu = cluster.gpu
+    prec = job.precision
+    mb, s, tp, cp, v = par.micro_batch_size, job.seq_len, par.tp, par.cp, par.vpp
+    links = group_links(cluster, par)
+    sp = par.sequence_parallel and tp > 1
+    has_moe = model.moe is not None and model.moe_layers > 0
+    lt_d = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, False, par.ep)
+    lt_m = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, True, par.ep) if has_moe else lt_d
+    act_bytes = mb * s / cp * model.hidden * 2  # one b*s*h activation in 16-bit
+    t_tp = tp_allreduce_time(links["tp"], act_bytes, sp)
+    tp_fwd = 2 * t_tp
+    # The backward all-reduce of the input gradient overlaps the weight-gradient GEMM only with
+    # Megatron's asynchronous TP all-reduce (Korthikanti 2022 sec. 5); legacy engines block.
+    tp_bwd = 2 * t_tp * (1 - C.TP_BWD_OVERLAP_FRACTION) if par.async_tp_allreduce else 2 * t_tp
+    if par.tp_comm_overlap and sp:
+        # Transformer Engine's userbuffer overlap (Megatron-core --tp-comm-overlap) splits each
+        # sequence-parallel all-gather / reduce-scatter into chunks pipelined with the adjacent
+        # GEMM (Wang et al. 2022, "Overlap communication with dependent computation via
+        # decomposition", ASPLOS'23); both compete for SMs, so only the shared overlap
+        # efficiency of the shorter of the two is hidden.
+        eta = C.COMM_COMPUTE_OVERLAP_EFFICIENCY
+        tp_fwd = 2 * t_tp - eta * min(2 * t_tp, lt_d.fwd_gemm_s)
+        tp_bwd = 2 * t_tp - eta * min(2 * t_tp, lt_d.bwd_gemm_s)
+    kv_chunk = 2 * mb * s / cp * kv_exchange_width(model, tp)  # 16-bit K and V of s/cp tokens
+    t_cp_f = cp_ring_time(links["cp"], kv_chunk)
+    # overlapped with the attention of the resident blocks (comm.cp_ring_exposed)
+    cp_fwd, cp_bwd = cp_ring_exposed(links["cp"], kv_chunk, lt_d.fwd_attn_s, lt_d.bwd_attn_s)
+    # two all-to-all (dispatch, combine) per MoE layer and pass; not overlapped under 1F1B
+    ep_bytes = moe_dispatch_bytes(mb * s / cp, model.hidden, model.moe.top_k, moe_load_factor(model, par.ep)) if has_moe else 0.0
+    t_a2a = alltoall_time(links["ep"], ep_bytes) if has_moe else 0.0
+    full = par.recompute == "full"
+
+    def cost(lt, moe: bool) -> dict[str, float]:
+        a2a = 2 * t_a2a if moe else 0.0
+        rec = lt.fwd_s if full else (lt.fwd_attn_s if par.recompute == "selective" else 0.0)
+        return {
+            "compute": lt.fwd_s + lt.bwd_s,
+            "recompute": rec,
+            "tp_comm": tp_fwd + tp_bwd + (tp_fwd if full else 0.0),
+            "cp_comm": cp_fwd + cp_bwd + (cp_fwd if full else 0.0),
+            "ep_comm": 2 * a2a + (a2a if full else 0.0),
+        }
+
+    lg_f, lg_b = logits_times(model, gpu, prec, mb, s, tp, cp)
+    t_p2p = p2p_time(links["pp"], act_bytes / tp)
+    raw = {"t_tp": t_tp, "t_cp": t_cp_f, "t_a2a": t_a2a, "t_p2p": t_p2p, "bwd_dense_s": lt_d.bwd_s,
+           "tp_fwd_exposed_s": tp_fwd, "tp_bwd_exposed_s": tp_bwd}
+    return cost(lt_d, False), cost(lt_m, True), lg_f + lg_b, (2 * v * t_p2p if par.pp > 1 else 0.0), raw
+
+
+def stage_time_parts(costs: tuple, n: int, n_dense: int, last: bool) -> dict[str, float]:
+    """Seconds per micro-batch on one stage of ``n`` layers (``n_dense`` of them dense)."""
+    cost_d, cost_m, last_extra, pp_comm, _ = costs
+    parts = {k: n_dense * cost_d[k] + (n - n_dense) * cost_m[k] for k in cost_d}
+    if last:
+        parts["compute"] += last_extra
+    parts["pp_comm"] = pp_comm
+    return parts
+
+
+def dense_counts(model: ModelSpec, lps: tuple) -> list[int]:
+    """Dense layers on each stage: the first ``layers - moe_layers`` layers are dense."""
+    dense = model.layers - model.moe_layers
+    out, first = [], 0
+    for n in lps:
+        out.append(max(0, min(n, dense - first)))
+        first += n
+    return out
+
+
+def stage_memory(model: ModelSpec, job: Job, par: ParallelConfig, flash: bool, stage: int, n: int, params: dict, m: int) -> M.StageMemory:
+    """Bytes per GPU on pipeline stage ``stage`` holding ``n`` layers whose parameters are
+    ``params`` (from :func:`planner.cost.memory.stage_params`) with ``m`` micro-batches."""
+    mb, s, tp, cp, pp, v = par.micro_batch_size, job.seq_len, par.tp, par.cp, par.pp, par.vpp
+    sp = par.sequence_parallel and tp > 1
+    has_moe = model.moe is not None and model.moe_layers > 0
+    shard = par.zero_shard_degree or par.dp * par.cp
+    bpp = M.bytes_per_param(job.precision, par.zero, shard)
+    bpp_e = M.bytes_per_param(job.precision, par.zero, max(1, shard // par.ep))
+    load = moe_load_factor(model, par.ep)
+    a_layer = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, par.recompute, flash, has_moe, job.precision, load)
+    a_full = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, "none", flash, has_moe, job.precision, load) if par.recompute == "full" else 0.0
+    dense_p = params["layers"] + params["embedding"] + params["output"]
+    w = dense_p * bpp["weights"] + params["experts"] * bpp_e["weights"]
+    g = dense_p * bpp["gradients"] + params["experts"] * bpp_e["gradients"]
+    o = dense_p * bpp["optimizer"] + params["experts"] * bpp_e["optimizer"]
+    # GPipe runs every forward before any backward, so each stage holds all m micro-batches
+    # (Huang et al. 2019); 1F1B and interleaving bound it by the pipeline depth.
+    inflight = float(m) if par.schedule == "gpipe" else M.inflight_microbatches(stage, pp, v, m)
+    acts = a_layer * n * inflight + (a_full if n else 0.0)
+    if stage == 0:
+        u = 1.0 / tp if sp else 1.0
+        acts += mb * s / cp * model.hidden * 2 * u * inflight * (1.5 if model.bias else 1.0)  # embedding output (+ dropout mask)
+    logits = 6.0 * mb * s / cp * model.vocab / tp if stage == pp - 1 else 0.0  # 16-bit logits + fp32 softmax
+    buffers = M.framework_buffers_bytes()
+    if par.zero >= 3:
+        buffers += 2 * 2 * (params["layers"] + params["experts"]) / max(1, n)  # two gathered layers in 16-bit (prefetch)
+    reserve = C.ALLOCATOR_RESERVE_FRACTION * (w + g + o + acts + logits)
+    return M.StageMemory(stage, n, w, g, o, acts, logits, buffers, reserve)
+
+
+def stage_sync(cluster: ClusterSpec, job: Job, par: ParallelConfig, params: dict, n: int, stage_time_s: float, m: int, bwd_layer_s: float) -> dict:
+    """Once-per-step work of one stage: gradient synchronisation (total and exposed), ZeRO-3
+    gathers, and the optimizer step."""
+    links = group_links(cluster, par)
+    gpu = cluster.gpu
+    grad_b = M.grad_bytes(job.precision)
+    shard = par.zero_shard_degree or par.dp * par.cp
+    dense_p = params["layers"] + params["embedding"] + params["output"]
+    exp_p = params["experts"]
+    t_dp = dp_collective_time(links["dp_cp"], dense_p * grad_b, dense_p * 2, min(par.zero, 2))
+    if exp_p:
+        exp_dp = max(1, par.dp * par.cp // par.ep)
+        el = group_links(cluster, ParallelConfig(tp=par.tp, cp=1, dp=exp_dp, pp=1))["dp"]
+        t_dp += dp_collective_time(el, exp_p * grad_b, exp_p * 2, min(par.zero, 2))
+    window = n * bwd_layer_s  # the last micro-batch's backward on this stage
+    eta = C.COMM_COMPUTE_OVERLAP_EFFICIENCY
+    exposed = t_dp - eta * min(t_dp, window) if par.overlap_grad_reduce else t_dp
+    zero3 = 0.0
+    if par.zero >= 3:
+        # Weights gathered per layer in forward, backward (and the recomputed forward), every
+        # micro-batch, gradients reduce-scattered per layer (Rajbhandari 2020 sec. 7.2.2). These
+        # per-module collectives run rank by rank through the rank's own NIC share (k = 1), not
+        # as one node-aggregated ring; prefetching overlaps them with compute at the shared
+        # overlap efficiency.
+        gathers = 3 if par.recompute == "full" else 2
+        z3 = _per_rank_links(links["dp_cp"])
+        layer_p = (dense_p + exp_p) / max(1, n)
+        t_g = z3.time("allgather", layer_p * 2)
+        t_rs = z3.time("reducescatter", layer_p * grad_b)
+        comm = n * (gathers * t_g + t_rs)
+        zero3 = m * (comm - eta * min(comm, stage_time_s)) + t_g
+        exposed = 0.0
+    held = (dense_p + exp_p) / (shard if par.zero >= 1 else 1)
+    opt = held * C.OPTIMIZER_BYTES_PER_PARAM / (gpu.hbm_bandwidth_bytes_per_s * C.HBM_STREAM_EFFICIENCY)
+    if job.precision == "fp8":  # FP8 cast-transpose of the updated weights, once per step (TE weight cache)
+        local = (dense_p + exp_p) / (shard if par.zero >= 3 else 1)
+        opt += local * C.FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT / (gpu.hbm_bandwidth_bytes_per_s * C.HBM_STREAM_EFFICIENCY)
+    return {"dp_s": t_dp, "dp_exposed_s": exposed, "zero3_exposed_s": zero3, "optimizer_s": opt}
