@@ -104,6 +104,9 @@ def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, net
              f"batch {j.global_batch_size}, {j.precision}")
     con = console()
     con.print(plans_view(result.plans, title))
+    con.print("mb x n: micro-batch x count; v: virtual stages per rank; rec: recompute;\n"
+              "Z: ZeRO stage; GiB/cap: peak memory per GPU vs capacity;\n"
+              "bound: the largest term of the step time", style="dim")
     con.print(f"{result.candidates} candidates, {result.evaluated} evaluated exactly, solver {result.solver}, {result.seconds:.2f} s")
     for line in gp_text:
         con.print(line, highlight=False, soft_wrap=True)
