@@ -222,7 +222,12 @@ def make_cluster(
         V.check_value("hardware.intra_node", intra_node, "intra")
     intra = dict(intra_node or {})
     intra.setdefault("domain_size", max(gpn, int((intra_node or {}).get("domain_size", gpn))))
-    return ClusterSpec(name=name, gpu=g, num_gpus=num_gpus, gpus_per_node=gpn, intra=_intra(g, intra), inter=_inter(inter_node))
+    tiers = ()
+    if inter_node and inter_node.get("tiers") is not None:
+        from planner.cost.network import tiers_from_list  # noqa: PLC0415
+
+        tiers = tuple(tiers_from_list(inter_node["tiers"]))
+    return ClusterSpec(name=name, gpu=g, num_gpus=num_gpus, gpus_per_node=gpn, intra=_intra(g, intra), inter=_inter(inter_node), tiers=tiers)
 
 
 def load_cluster(name_or_path: str, num_gpus: int | None = None) -> ClusterSpec:

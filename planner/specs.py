@@ -233,6 +233,9 @@ class ClusterSpec:
     gpus_per_node: int
     intra: IntraNodeLink
     inter: InterNodeNetwork
+    # Switch tiers above the nodes (planner.cost.network.Tier), bottom up; empty = one flat
+    # tier carrying inter.oversubscription.
+    tiers: tuple = ()
 
     def __post_init__(self) -> None:
         _positive_int("hardware.num_gpus", self.num_gpus)

@@ -115,7 +115,8 @@ GPU_SCHEMA: Schema = {
 INTRA_SCHEMA: Schema = {"kind": INTRA_KIND, "gbs_per_direction": "num+", "latency_us": "num0", "efficiency": "frac", "domain_size": "gpus"}
 INTER_SCHEMA: Schema = {
     "kind": INTER_KIND, "gbps_per_nic": "num+", "nics_per_node": "int+", "latency_us": "num0", "efficiency": "frac",
-    "oversubscription": "ratio>=1", "rail_optimized": "bool", "id": "any", "name": "any", "sources": "any", "notes": "any",
+    "oversubscription": "ratio>=1", "rail_optimized": "bool", "tiers": "any", "id": "any", "name": "any",
+    "sources": "any", "notes": "any",
 }
 CLUSTER_SCHEMA: Schema = {
     "!gpu": "str", "num_gpus": "gpus", "gpus_per_node": "gpn?", "inter_node": "inter?", "intra_node": "intra?",

@@ -157,7 +157,9 @@ def plan_document(setup: Setup, plans: list, search: dict | None) -> dict:
         "nvlink_domain": c.nvlink_domain, "memory_bytes_per_gpu": c.gpu.memory_bytes,
         "inter_node": {"kind": c.inter.kind, "gbps_per_nic": c.inter.gbps_per_nic, "nics_per_node": c.inter.nics_per_node,
                        "latency_us": c.inter.latency_s * 1e6, "efficiency": c.inter.efficiency,
-                       "oversubscription": c.inter.oversubscription, "rail_optimized": c.inter.rail_optimized},
+                       "oversubscription": c.inter.oversubscription, "rail_optimized": c.inter.rail_optimized,
+                       **({"tiers": [{"name": t.name, "nodes": t.nodes, "oversubscription": t.oversubscription}
+                                     for t in c.tiers]} if c.tiers else {})},
         "intra_node": {"kind": c.intra.kind, "gbs_per_direction": c.intra.bandwidth_bytes_per_s / 1e9,
                        "latency_us": c.intra.latency_s * 1e6, "efficiency": c.intra.efficiency,
                        "domain_size": c.intra.domain_size},

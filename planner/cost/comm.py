@@ -76,6 +76,16 @@ def _group_links(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int, ep: i
         "pp": (pp, tp * cp * dp),
     }
     out = {}
+    if cluster.tiers:
+        # Switch tiers with oversubscription: each group is priced on the slowest tier it
+        # crosses (planner.cost.network.Topology, the same placement `planner collective` uses).
+        from planner.cost.network import Topology  # noqa: PLC0415
+
+        topo = Topology(cluster, cluster.tiers)
+        for name, (size, stride) in strides.items():
+            g = topo.group(size, stride)
+            out[name] = GroupLinks(size, g.ranks_per_domain, g.domains, g.intra, g.inter or inter)
+        return out
     for name, (size, stride) in strides.items():
         k, m = group_shape(size, stride, dom)
         out[name] = GroupLinks(size, k, m, intra, inter)
