@@ -102,10 +102,7 @@ def tp_allreduce_time(links: GroupLinks, nbytes: float, sequence_parallel: bool)
 def p2p_time(links: GroupLinks, nbytes: float) -> float:
     """One pipeline send/recv between adjacent stages (on the inter level when the pipeline
     group leaves the domain)."""
-    if links.size <= 1:
-        return 0.0
-    lvl = links.inter if links.m > 1 else links.intra
-    return lvl.latency_s + nbytes / lvl.bandwidth_bytes_per_s
+    return links.time("sendrecv", nbytes)  # alpha + n / B on the level the group crosses
 
 
 def dp_collective_time(links: GroupLinks, grad_bytes: float, param_bytes: float, zero: int) -> float:
@@ -137,10 +134,7 @@ def cp_ring_time(links: GroupLinks, kv_bytes: float) -> float:
     """Ring attention (Liu et al. 2023, arXiv 2310.01889; Megatron context parallelism): cp - 1
     rounds, each passing one rank's K/V chunk (``kv_bytes``) to the next rank. Backward passes
     K/V and their gradients: twice this."""
-    if links.size <= 1:
-        return 0.0
-    lvl = links.inter if links.m > 1 else links.intra
-    return (links.size - 1) * (lvl.latency_s + kv_bytes / lvl.bandwidth_bytes_per_s)
+    return (links.size - 1) * links.time("sendrecv", kv_bytes)
 
 
 def cp_ring_exposed(links: GroupLinks, kv_bytes: float, attn_fwd_s: float, attn_bwd_s: float) -> tuple[float, float]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from planner import constants as C
 from planner.cost import memory as M
-from planner.cost.comm import group_links
+from planner.cost.comm import GroupLinks, group_links
 from planner.cost.compute import supports_flash
 from planner.cost.flops import layer_flops, step_model_flops
 from planner.cost.result import Estimate
@@ -89,9 +89,12 @@ def estimate(
         opt_t = max(opt_t, sync["optimizer_s"])
     emb_sync = 0.0
     if pp > 1 and model.tied_embeddings:
+        # All-reduce of the tied embedding's gradient between the first and the last stage
+        # (Megatron's embedding group: two ranks, on the level the pipeline group crosses).
         emb_bytes = model.vocab * model.hidden / tp * grad_b
-        lvl = links["pp"].inter if links["pp"].m > 1 else links["pp"].intra
-        emb_sync = lvl.latency_s + emb_bytes / lvl.bandwidth_bytes_per_s
+        g = links["pp"]
+        pair = GroupLinks(2, 1, 2, g.intra, g.inter) if g.m > 1 else GroupLinks(2, 2, 1, g.intra, g.inter)
+        emb_sync = pair.time("allreduce", emb_bytes)
     step = t_pipe + dp_exposed + zero3_exposed + opt_t + emb_sync + C.STEP_OVERHEAD_S
 
     # --- FLOPs and utilisation ----------------------------------------------------------------
