@@ -290,9 +290,9 @@ def hetero_plan(model: ModelSpec, hc: HeteroCluster, job: Job, fixed: dict | Non
     import time  # noqa: PLC0415
 
     deadline = time.perf_counter() + time_limit_s
-    from planner.search.plan import _states_bound_fn  # noqa: PLC0415
+    from planner.search.bounds import states_bound_fn  # noqa: PLC0415
 
-    states_of = _states_bound_fn(model, job.precision)
+    states_of = states_bound_fn(model, job.precision)
     flash = default_flash(job) if flash is None else flash
     cap = max(g.gpu.memory_bytes for g in hc.groups)
     pool = []

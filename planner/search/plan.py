@@ -30,11 +30,10 @@ import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 
-from planner.cost.estimate import Estimate, check_precision, estimate, layer_costs, stage_time_parts
-from planner.cost.flops import embedding_params, layer_params
-from planner.cost.memory import bytes_per_param
+from planner.cost.estimate import Estimate, check_precision, estimate
 from planner.engines import resolve_flash
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
+from planner.search.bounds import SPLIT_MIN_GAIN, per_layer_time, split_may_help, states_bound_fn  # noqa: F401
 from planner.search.space import SearchOptions, candidate_tuples, to_parallel
 from planner.search.split import optimal_split, solver_name
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
@@ -49,9 +48,6 @@ DEFAULT_TIME_LIMIT_S = 30.0
 MAX_CANDIDATES = 500_000
 TIME_LIMIT_S: ContextVar[float] = ContextVar("planner_time_limit_s", default=DEFAULT_TIME_LIMIT_S)
 
-# An uneven split is sought only when it could shorten the step by more than this fraction
-# (or when the even split does not fit): smaller gains are below the model's resolution.
-SPLIT_MIN_GAIN = 0.002
 
 OBJECTIVES = ("time", "goodput")
 
@@ -100,47 +96,6 @@ class PlanResult:
         if self.goodput is not None:
             d["goodput_fraction"] = self.goodput.goodput_fraction
         return d
-
-
-def _states_bound_fn(model: ModelSpec, precision: str, min_first: int = 1):
-    """A fast function (tp, pp, dp, cp, ep, zero) -> model-state bytes per GPU on the most loaded
-    stage, ignoring activations (a lower bound of the peak memory)."""
-    per_layer = layer_params(model, moe_layer=model.moe is not None)
-    dense_full = per_layer["attention"] + per_layer["mlp"]
-    emb_full = embedding_params(model)["embedding"]
-    bpp_cache: dict = {}
-
-    def bpp(zero: int, shard: int) -> float:
-        if (zero, shard) not in bpp_cache:
-            bpp_cache[(zero, shard)] = sum(bytes_per_param(precision, zero, shard).values())
-        return bpp_cache[(zero, shard)]
-
-    def bound(tp: int, pp: int, dp: int, cp: int, ep: int, zero: int) -> float:
-        dense = dense_full / tp + per_layer["norms"]
-        experts = per_layer["experts"] / (tp * ep)
-        emb = emb_full / tp
-        layers = -(-model.layers // pp)  # some stage holds at least this many layers
-        shard = dp * cp
-        b, be = bpp(zero, shard), bpp(zero, max(1, shard // ep))
-        if pp == 1:
-            return (layers * dense + emb * (1 if model.tied_embeddings else 2)) * b + layers * experts * be
-        # An uneven split may give the first stage (which holds the embedding) fewer layers,
-        # but at least one; either that stage or the fullest one is the most loaded.
-        busiest = layers * dense * b + layers * experts * be
-        first = (min_first * dense + emb) * b + min_first * experts * be
-        return max(busiest, first)
-
-    return bound
-
-
-def _per_layer_time(model: ModelSpec, cluster: ClusterSpec, job: Job, lk: tuple, flash: bool) -> float:
-    """Seconds of one layer and micro-batch on one GPU: compute, recompute and the exposed
-    tensor/context/expert-parallel traffic (no pipeline send/recv)."""
-    tp, cp, ep, mb, rec, sp, tpo, asy = lk
-    par = ParallelConfig(tp=tp, cp=cp, ep=ep, dp=max(ep, 1), micro_batch_size=mb, recompute=rec, sequence_parallel=sp,
-                         tp_comm_overlap=tpo, async_tp_allreduce=asy)
-    costs = layer_costs(model, cluster, job, par, flash)
-    return sum(stage_time_parts(costs, 1, 1 if model.moe is None else 0, False).values()) - costs[3]
 
 
 _REC = {"none": 0, "selective": 1, "full": 2}
@@ -202,7 +157,7 @@ def plan(
     if not pool:
         raise explain_no_candidates(model, cluster, job, opts)
     nearest: tuple | None = None  # (bytes, estimate or None, parallel)
-    states_of = _states_bound_fn(model, job.precision)  # valid for any layer split
+    states_of = states_bound_fn(model, job.precision)  # valid for any layer split
     per_layer_cache: dict = {}
     bounded = []
     for i, t in enumerate(pool):
@@ -216,7 +171,7 @@ def plan(
             continue
         lk = (tp, cp, ep, mb, rec, sp, tpo, asy)  # what the per-layer time depends on
         if lk not in per_layer_cache:
-            per_layer_cache[lk] = _per_layer_time(model, cluster, job, lk, flash)
+            per_layer_cache[lk] = per_layer_time(model, cluster, job, lk, flash)
         m = job.global_batch_size // (mb * dp)
         # Every split has (m - 1/v) T + sum(t)/v >= sum(t) ((m - 1/v)/pp + 1/v), T >= mean stage.
         lb = per_layer_cache[lk] * model.layers * ((m - 1.0 / v) / pp + 1.0 / v)
@@ -234,7 +189,7 @@ def plan(
             raise _timed_out(limit, found, len(pool), evaluated, t0, flash, "ranking", top_k)
         evaluated += 1
         est = estimate(model, cluster, job, par, flash_attention=flash, validate=False)
-        if par.pp > 1 and opts.uneven_split and _split_may_help(est, par, job, cap, kth, top_k):
+        if par.pp > 1 and opts.uneven_split and split_may_help(est, par, job, cap, kth, top_k):
             mip_solves += 1
             split = optimal_split(model, cluster, job, par, flash, cap, time_limit_s=max(0.01, deadline - time.perf_counter()))
             if split is not None and split != est.layers_per_stage:
@@ -275,37 +230,6 @@ def _timed_out(limit: float, found: list, candidates: int, evaluated: int, t0: f
             f"dp={plans[0].parallel.dp} cp={plans[0].parallel.cp}") if plans else "no plan that fits found yet"
     return SolverFailure(f"time limit of {limit:g} s hit after {evaluated} of {candidates} candidates evaluated ({what}); "
                          "raise --time-limit or fix more fields", best=best)
-
-
-def _split_may_help(est: Estimate, par: ParallelConfig, job: Job, cap: float, kth: list, top_k: int) -> bool:
-    """Whether an uneven layer split could make this candidate fit or enter the top K.
-
-    The sum of stage times is the same for every split, so no split's step time is below
-    (m - 1/v) * mean(t_i) + sum(t_i)/v + the split-independent terms; the bound below also
-    credits the largest possible fall of the data-parallel and optimizer terms.
-    """
-    if par.vpp * par.pp == sum(est.layers_per_stage) or len(set(est.layers_per_stage)) == 1 and est.layers_per_stage[0] == par.vpp:
-        return False  # one layer chunk per virtual stage: no other split exists
-    t = est.stage_times_s
-    m, v = est.num_microbatches, par.vpp
-    lps = est.layers_per_stage
-    # Any other split moves at least one chunk of v layers onto some stage, which then runs at
-    # least t_light + v * a (a: time per layer), unless the bottleneck keeps all its layers.
-    light = min(range(len(t)), key=t.__getitem__)
-    pp_comm = est.time_breakdown_s["pp_comm_exposed_s"] / max(1, m)
-    a = max(0.0, t[light] - pp_comm) / max(1, lps[light])
-    t_lb = max(sum(t) / len(t), min(max(t), t[light] + v * a))
-    # The data-parallel and optimizer terms grow with the parameters of the largest stage, which
-    # no split brings below the mean (r = mean/max of the stages' parameters and layers). Both
-    # are convex and increasing in that stage's size, so each falls by at most (1 - r) times its
-    # full, unexposed time (tangent bound).
-    w = [st.weights_bytes for st in est.stages]
-    r = min((sum(w) / len(w)) / max(w) if max(w) > 0 else 1.0, (sum(lps) / len(lps)) / max(lps))
-    dp_total = next((c["time_s"] for c in est.comm if c["kind"] == "dp"), 0.0)
-    gain = (m - 1.0 / v) * (max(t) - t_lb) + (1 - r) * (dp_total + est.time_breakdown_s["optimizer_s"])
-    if est.fits and gain <= SPLIT_MIN_GAIN * est.step_time_s:
-        return False
-    return len(kth) < top_k or est.step_time_s - gain < -kth[0]
 
 
 def _no_fit(model, cluster, job, nearest, cap) -> NoFeasiblePlan:

@@ -139,7 +139,7 @@ def planned(i: int):
 
 # Where the plan is slower than the enumeration it must be because the even split was kept:
 # the bound on what an uneven split could gain was below SPLIT_MIN_GAIN (0.2%) of the step
-# (planner.search.plan._split_may_help), so the split MIP was not run. With this seed that
+# (planner.search.bounds.split_may_help), so the split MIP was not run. With this seed that
 # happened in scenarios 11 (pp=2: even (4, 5) kept, (5, 4) is 0.00005% faster) and 13 (pp=4:
 # even (1, 1, 2, 2) kept, (1, 2, 2, 1) is 0.024% faster) when written, and in 30 (even
 # (3, 4) kept, (4, 3) 0.00007% faster) after the engine-generation change.
