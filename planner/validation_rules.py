@@ -247,9 +247,12 @@ def check_fixed(model, cluster, job, opts) -> None:
         if pp == 1:
             raise InputError("parallel.vpp", vpp, "1 without pipeline parallelism (pp = 1)")
         if pp is not None:
+            # The search's rule (planner.search.space): equal stages need v | L/pp; otherwise
+            # stages differ by whole chunks, so v | L and at least one chunk per virtual stage.
             base, rem = divmod(model.layers, pp)
-            if rem or base % vpp:
-                raise InputError("parallel.vpp", vpp, f"a divisor of the layers per stage ({model.layers} layers / pp {pp})")
+            if (rem == 0 and base % vpp) or (rem and (model.layers % vpp or model.layers < pp * vpp)):
+                raise InputError("parallel.vpp", vpp, f"a divisor of the layers per stage ({model.layers} layers / pp {pp})"
+                                 if rem == 0 else f"a divisor of the layers ({model.layers}) with at least one chunk per virtual stage")
         elif model.layers % vpp:
             raise InputError("parallel.vpp", vpp, f"a divisor of the layers per stage ({model.layers} layers)")
     if zero is not None and zero >= 2 and pp is not None and pp > 1:

@@ -99,11 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in (argv if argv is not None else sys.argv[1:]) or os.environ.get("PLANNER_DEBUG")
     args = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--debug"]
     token = None
+    rc = None
     try:
         args, limit = _time_limit(args)
         if limit is not None:
             token = TIME_LIMIT_S.set(limit)
-        app(args=args, prog_name="planner", standalone_mode=False)
+        # With standalone_mode=False click hands back typer.Exit's code instead of raising it.
+        rc = app(args=args, prog_name="planner", standalone_mode=False)
     except InputError as exc:
         if debug:
             raise
@@ -142,4 +144,4 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if token is not None:
             TIME_LIMIT_S.reset(token)
-    return 0
+    return rc if isinstance(rc, int) and not isinstance(rc, bool) else 0

@@ -42,6 +42,10 @@ def estimate_cmd(
                            sequence_parallel=sequence_parallel, zero=zero)
     opts = SearchOptions(fixed=setup.fixed, allow_tp_across_nodes=True, flash_attention=setup.flash,
                          generation=setup.generation)
+    from planner.cost.compute import supports_flash  # noqa: PLC0415
+    from planner.engines import resolve_flash  # noqa: PLC0415
+
+    flash = resolve_flash(setup.job, setup.generation, setup.flash) and supports_flash(setup.cluster.gpu)
     try:
         result = plan(setup.model, setup.cluster, setup.job, top_k=1, options=opts)
         best = result.plans[0]
@@ -51,10 +55,10 @@ def estimate_cmd(
         from planner.cost.estimate import estimate  # noqa: PLC0415
         from planner.search.plan import Plan  # noqa: PLC0415
 
-        best = Plan(1, exc.nearest, estimate(setup.model, setup.cluster, setup.job, exc.nearest, flash_attention=setup.flash))
+        best = Plan(1, exc.nearest, estimate(setup.model, setup.cluster, setup.job, exc.nearest, flash_attention=flash))
     filled = sorted(k for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "sequence_parallel", "zero") if k not in setup.fixed)
     if json:
-        doc = plan_document(setup, [best], None)
+        doc = plan_document(setup, [best], {"flash_attention": flash, "generation": setup.generation})
         doc["schema"] = "planner-estimate/1"
         doc["filled"] = filled
         doc["predicted"] = doc["plans"][0]["predicted"]

@@ -28,7 +28,7 @@ T = TypeVar("T")
 
 def console() -> Console:
     """stdout console: rich picks the terminal width, or 80 columns (``$COLUMNS``) in a pipe."""
-    return Console(width=None, soft_wrap=False, highlight=False)
+    return Console(width=None, soft_wrap=True, highlight=False)
 
 
 def err_console() -> Console:

@@ -19,8 +19,13 @@ SPLIT_MIN_GAIN = 0.002
 def states_bound_fn(model: ModelSpec, precision: str, min_first: int = 1):
     """A fast function (tp, pp, dp, cp, ep, zero) -> model-state bytes per GPU on the most loaded
     stage, ignoring activations (a lower bound of the peak memory)."""
-    per_layer = layer_params(model, moe_layer=model.moe is not None)
-    dense_full = per_layer["attention"] + per_layer["mlp"]
+    # With dense first layers (DeepSeek-V3) a stage may hold either kind, so each layer is
+    # counted at the cheaper of the two: the bound stays a lower bound for any split.
+    kinds = [layer_params(model, moe_layer=False)]
+    if model.moe is not None and model.moe_layers:
+        kinds.append(layer_params(model, moe_layer=True))
+        if model.moe_layers == model.layers:
+            kinds = kinds[1:]
     emb_full = embedding_params(model)["embedding"]
     bpp_cache: dict = {}
 
@@ -30,31 +35,33 @@ def states_bound_fn(model: ModelSpec, precision: str, min_first: int = 1):
         return bpp_cache[(zero, shard)]
 
     def bound(tp: int, pp: int, dp: int, cp: int, ep: int, zero: int) -> float:
-        dense = dense_full / tp + per_layer["norms"]
-        experts = per_layer["experts"] / (tp * ep)
-        emb = emb_full / tp
-        layers = -(-model.layers // pp)  # some stage holds at least this many layers
         shard = dp * cp
         b, be = bpp(zero, shard), bpp(zero, max(1, shard // ep))
+        per = min(((k["attention"] + k["mlp"]) / tp + k["norms"]) * b + k["experts"] / (tp * ep) * be for k in kinds)
+        emb = emb_full / tp
+        layers = -(-model.layers // pp)  # some stage holds at least this many layers
         if pp == 1:
-            return (layers * dense + emb * (1 if model.tied_embeddings else 2)) * b + layers * experts * be
+            return layers * per + emb * (1 if model.tied_embeddings else 2) * b
         # An uneven split may give the first stage (which holds the embedding) fewer layers,
         # but at least one; either that stage or the fullest one is the most loaded.
-        busiest = layers * dense * b + layers * experts * be
-        first = (min_first * dense + emb) * b + min_first * experts * be
-        return max(busiest, first)
+        return max(layers * per, min_first * per + emb * b)
 
     return bound
 
 
 def per_layer_time(model: ModelSpec, cluster: ClusterSpec, job: Job, lk: tuple, flash: bool) -> float:
-    """Seconds of one layer and micro-batch on one GPU: compute, recompute and the exposed
+    """Mean seconds of one layer and micro-batch on one GPU: compute, recompute and the exposed
     tensor/context/expert-parallel traffic (no pipeline send/recv)."""
     tp, cp, ep, mb, rec, sp, tpo, asy = lk
     par = ParallelConfig(tp=tp, cp=cp, ep=ep, dp=max(ep, 1), micro_batch_size=mb, recompute=rec, sequence_parallel=sp,
                          tp_comm_overlap=tpo, async_tp_allreduce=asy)
     costs = layer_costs(model, cluster, job, par, flash)
-    return sum(stage_time_parts(costs, 1, 1 if model.moe is None else 0, False).values()) - costs[3]
+    # Every split holds all layers, so the mean over the real mix of dense and MoE layers is
+    # what the bound on sum(t_i) needs.
+    dense = sum(stage_time_parts(costs, 1, 1, False).values()) - costs[3]
+    moe = sum(stage_time_parts(costs, 1, 0, False).values()) - costs[3]
+    n_moe = model.moe_layers if model.moe is not None else 0
+    return ((model.layers - n_moe) * dense + n_moe * moe) / model.layers
 
 
 def split_may_help(est: Estimate, par: ParallelConfig, job: Job, cap: float, kth: list, top_k: int) -> bool:

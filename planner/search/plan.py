@@ -31,6 +31,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 
 from planner.cost.estimate import Estimate, check_precision, estimate
+from planner.cost.compute import supports_flash
 from planner.engines import resolve_flash
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
 from planner.search.bounds import SPLIT_MIN_GAIN, per_layer_time, split_may_help, states_bound_fn  # noqa: F401
@@ -143,7 +144,7 @@ def plan(
     opts = options or SearchOptions()
     check_precision(cluster, job)
     check_fixed(model, cluster, job, opts)
-    flash = resolve_flash(job, opts.generation, opts.flash_attention)
+    flash = resolve_flash(job, opts.generation, opts.flash_attention) and supports_flash(cluster.gpu)
     cap = cluster.gpu.memory_bytes
     pool = []
     for t in candidate_tuples(model, cluster, job, opts):

@@ -104,10 +104,11 @@ def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: Sea
             # Interleaving needs every stage to hold whole chunks: v | layers, at least one chunk
             # per virtual stage (stages may differ by whole chunks, as in Llama 3's 126 layers).
             L = model.layers
+            top = max(opts.max_vpp, fx.get("vpp") or 0)  # a fixed vpp may exceed the searched range
             if L % pp == 0:  # equal stages: v divides each stage's layers
-                vpps = [v for v in range(1, opts.max_vpp + 1) if (L // pp) % v == 0]
+                vpps = [v for v in range(1, top + 1) if (L // pp) % v == 0]
             else:
-                vpps = [v for v in range(1, opts.max_vpp + 1) if L % v == 0 and L >= pp * v]
+                vpps = [v for v in range(1, top + 1) if L % v == 0 and L >= pp * v]
             if not vpps:
                 vpps = [1]
         if fx.get("vpp") is not None:  # a fixed vpp must still satisfy the pipeline's rules

@@ -57,9 +57,13 @@ def stage_affine(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parallel
     costs = layer_costs(model, cluster, job, par, flash)
     bwd = costs[4]["bwd_dense_s"]
     times, dps, opts, mems = [], [], [], []
+    dense = model.layers - model.moe_layers if model.moe is not None else 0
     for i in range(pp):
         pts = []
-        for n in (v, 2 * v):
+        # Stage 0 holds the dense first layers (DeepSeek-V3): fit it past them, where each
+        # further layer is an MoE layer; elsewhere every layer is of one kind.
+        n1 = max(v, -(-dense // v) * v) if (i == 0 and 0 < dense < model.layers) else v
+        for n in (n1, n1 + v):
             nd = _n_dense(model, i, n)
             t = sum(stage_time_parts(costs, n, nd, i == pp - 1).values())
             params = M.stage_params(model, n, i, pp, par.tp, par.ep, n_dense=nd)
@@ -67,11 +71,12 @@ def stage_affine(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parallel
             mem = stage_memory(model, job, par, flash, i, n, params, m).total_bytes
             pts.append((t, sync["dp_s"], n * bwd, sync["optimizer_s"], mem))
         (t1, s1, w1, o1, m1), (t2, s2, w2, o2, m2) = pts
-        slope = lambda a, b: (b - a) / v  # noqa: E731
-        times.append((slope(t1, t2), t1 - slope(t1, t2) * v))
-        dps.append((slope(s1, s2), s1 - slope(s1, s2) * v, slope(w1, w2), w1 - slope(w1, w2) * v))
-        opts.append((slope(o1, o2), o1 - slope(o1, o2) * v))
-        mems.append((slope(m1, m2), m1 - slope(m1, m2) * v))
+        slope = lambda a, b: (b - a) / v  # noqa: E731  (the two points are v layers apart)
+        line = lambda a, b: (slope(a, b), a - slope(a, b) * n1)  # noqa: E731
+        times.append(line(t1, t2))
+        dps.append(line(s1, s2) + line(w1, w2))
+        opts.append(line(o1, o2))
+        mems.append(line(m1, m2))
     return StageAffine(tuple(times), tuple(dps), tuple(opts), tuple(mems))
 
 
