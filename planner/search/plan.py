@@ -35,6 +35,7 @@ from planner.cost.compute import supports_flash
 from planner.engines import resolve_flash
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
 from planner.search.bounds import SPLIT_MIN_GAIN, per_layer_time, split_may_help, states_bound_fn  # noqa: F401
+from planner.search import split as _split
 from planner.search.space import SearchOptions, candidate_tuples, to_parallel
 from planner.search.split import optimal_split, solver_name
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
@@ -183,6 +184,7 @@ def plan(
     found: list = []
     evaluated = 0
     mip_solves = 0
+    solved_before = _split.SOLVES[0]
     for lb, _, par in bounded:
         if len(kth) >= top_k and lb > -kth[0]:
             break
@@ -214,7 +216,8 @@ def plan(
     plans = [Plan(i + 1, par, est) for i, (_, _, est, par) in enumerate(ranked)]
     result = PlanResult(plans, solver_name() if mip_solves else "none (no pipeline split to decide)", len(pool), evaluated, time.perf_counter() - t0, flash,
                         objective=objective, goodput=goodput if objective == "goodput" else None)
-    result.notes.append(f"{mip_solves} layer-split integer programs solved")
+    result.notes.append(f"{_split.SOLVES[0] - solved_before} layer-split integer programs solved "
+                        f"({mip_solves - (_split.SOLVES[0] - solved_before)} more ruled out by their memory rows alone)")
     return result
 
 

@@ -93,13 +93,29 @@ def split_objective(aff: StageAffine, split: tuple[int, ...], m: int, v: int, ov
     return m * max(t) + (sum(t) - max(t)) / v + max(dp) + max(opt)
 
 
+def split_may_fit(aff: StageAffine, layers: int, v: int, capacity: float) -> bool:
+    """Whether some split meets the memory limit of every stage (the program's memory rows alone):
+    each stage holds at most floor((capacity - f_i) / b_i) layers, in whole chunks of v, and at
+    least one chunk; together they must hold all the layers."""
+    room = 0
+    for b, f in aff.mem:
+        if f + b * v > capacity:
+            return False
+        room += layers if b <= 0 else int((capacity - f) / b) // v * v
+        if room >= layers:
+            return True
+    return room >= layers
+
+
 def split_fits(aff: StageAffine, split: tuple[int, ...], capacity: float) -> bool:
     return all(a * n + b <= capacity for (a, b), n in zip(aff.mem, split))
 
 
 __all__.append("split_fits")
+__all__.append("split_may_fit")
 
 _SOLVER: list = []
+SOLVES = [0]  # integer programs handed to the solver (the rest were answered by split_may_fit)
 
 
 @contextmanager
@@ -158,6 +174,8 @@ def optimal_split(
     if L % v or L < pp * v:
         return None
     aff = aff or stage_affine(model, cluster, job, par, flash)
+    if not split_may_fit(aff, L, v, capacity_bytes):
+        return None  # no split meets every stage's memory limit: skip the solver
     m = par.num_microbatches(job.global_batch_size)
     eta = C.COMM_COMPUTE_OVERLAP_EFFICIENCY
     # Scale to milliseconds and GiB so that HiGHS sees coefficients near 1.
@@ -172,6 +190,13 @@ def optimal_split(
     t = [ts * (aff.time[i][0] * v * k[i] + aff.time[i][1]) for i in range(pp)]
     prob += (m - 1.0 / v) * T + (1.0 / v) * pulp.lpSum(t) + D + O
     prob += pulp.lpSum(k) * v == L
+    # Symmetry breaking: the middle stages have the same time and synchronisation terms, and a
+    # later stage holds no more in-flight micro-batches (so no more memory per layer); any
+    # optimum can therefore be reordered so that middle stages hold non-decreasing layer counts.
+    for i in range(1, pp - 2):
+        if aff.time[i] == aff.time[i + 1] and aff.dp[i] == aff.dp[i + 1] and aff.opt[i] == aff.opt[i + 1] \
+                and aff.mem[i + 1][0] <= aff.mem[i][0] and aff.mem[i + 1][1] <= aff.mem[i][1]:
+            prob += k[i] <= k[i + 1]
     for i in range(pp):
         prob += T >= t[i]
         sa, sb, wa, wb = aff.dp[i]
@@ -185,6 +210,7 @@ def optimal_split(
         prob += ms * (aff.mem[i][0] * v * k[i] + aff.mem[i][1]) <= ms * capacity_bytes
     solver = _solver()[0]
     solver.timeLimit = time_limit_s
+    SOLVES[0] += 1
     with _quiet():
         status = prob.solve(solver)
     if pulp.LpStatus[status] != "Optimal" or any(x.value() is None for x in k):
