@@ -28,6 +28,7 @@ rank 0 holds p (1 + (p - 1)/(p v)) micro-batches' worth (Korthikanti 2022 sec. 4
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from planner import constants as C
 from planner.cost.flops import attn_proj_dims, embedding_params, layer_params, mlp_matrices
@@ -49,6 +50,7 @@ def grad_bytes(precision: str) -> float:
     return 2.0 if precision == "fp16" else 4.0
 
 
+@lru_cache(maxsize=4096)
 def bytes_per_param(precision: str, zero: int, dp: int) -> dict[str, float]:
     """Model-state bytes per parameter held by one GPU, after ZeRO sharding over ``dp``."""
     fp8 = C.FP8_WEIGHT_COPY_BYTES_PER_PARAM if precision == "fp8" else 0.0
@@ -62,6 +64,7 @@ def bytes_per_param(precision: str, zero: int, dp: int) -> dict[str, float]:
     }
 
 
+@lru_cache(maxsize=65536)
 def activation_bytes_per_layer(
     model: ModelSpec,
     micro_batch: int,

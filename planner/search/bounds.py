@@ -9,7 +9,7 @@ from planner.cost.flops import embedding_params, layer_params
 from planner.cost.memory import bytes_per_param
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
-__all__ = ["SPLIT_MIN_GAIN", "states_bound_fn", "per_layer_time", "split_may_help"]
+__all__ = ["SPLIT_MIN_GAIN", "states_bound_fn", "per_layer_time", "p2p_per_stage", "split_may_help"]
 
 # An uneven split is sought only when it could shorten the step by more than this fraction
 # (or when the even split does not fit): smaller gains are below the model's resolution.
@@ -62,6 +62,13 @@ def per_layer_time(model: ModelSpec, cluster: ClusterSpec, job: Job, lk: tuple, 
     moe = sum(stage_time_parts(costs, 1, 0, False).values()) - costs[3]
     n_moe = model.moe_layers if model.moe is not None else 0
     return ((model.layers - n_moe) * dense + n_moe * moe) / model.layers
+
+
+def p2p_per_stage(model: ModelSpec, cluster: ClusterSpec, job: Job, pk: tuple) -> float:
+    """Seconds of pipeline send/recv one stage pays per micro-batch (all its virtual stages)."""
+    tp, cp, dp, pp, mb, v = pk
+    par = ParallelConfig(tp=tp, cp=cp, dp=dp, pp=pp, vpp=v, micro_batch_size=mb)
+    return layer_costs(model, cluster, job, par, False)[3]
 
 
 def split_may_help(est: Estimate, par: ParallelConfig, job: Job, cap: float, kth: list, top_k: int) -> bool:

@@ -34,7 +34,8 @@ from planner.cost.estimate import Estimate, check_precision, estimate
 from planner.cost.compute import supports_flash
 from planner.engines import resolve_flash
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
-from planner.search.bounds import SPLIT_MIN_GAIN, per_layer_time, split_may_help, states_bound_fn  # noqa: F401
+from planner.constants import STEP_OVERHEAD_S
+from planner.search.bounds import SPLIT_MIN_GAIN, p2p_per_stage, per_layer_time, split_may_help, states_bound_fn  # noqa: F401
 from planner.search import split as _split
 from planner.search.space import SearchOptions, candidate_tuples, to_parallel
 from planner.search.split import optimal_split, solver_name
@@ -161,6 +162,7 @@ def plan(
     nearest: tuple | None = None  # (bytes, estimate or None, parallel)
     states_of = states_bound_fn(model, job.precision)  # valid for any layer split
     per_layer_cache: dict = {}
+    p2p_cache: dict = {}
     bounded = []
     for i, t in enumerate(pool):
         if i % 256 == 0 and time.perf_counter() > deadline:
@@ -175,8 +177,14 @@ def plan(
         if lk not in per_layer_cache:
             per_layer_cache[lk] = per_layer_time(model, cluster, job, lk, flash)
         m = job.global_batch_size // (mb * dp)
-        # Every split has (m - 1/v) T + sum(t)/v >= sum(t) ((m - 1/v)/pp + 1/v), T >= mean stage.
-        lb = per_layer_cache[lk] * model.layers * ((m - 1.0 / v) / pp + 1.0 / v)
+        # Every split has (m - 1/v) T + sum(t)/v >= sum(t) ((m - 1/v)/pp + 1/v), T >= mean stage;
+        # sum(t) also holds every stage's pipeline send/recv (split-independent), and every step
+        # pays the fixed overhead.
+        pk = (tp, cp, dp, pp, mb, v)
+        if pk not in p2p_cache:
+            p2p_cache[pk] = p2p_per_stage(model, cluster, job, pk) if pp > 1 else 0.0
+        total = per_layer_cache[lk] * model.layers + pp * p2p_cache[pk]
+        lb = total * ((m - 1.0 / v) / pp + 1.0 / v) + STEP_OVERHEAD_S
         bounded.append((lb, _tuple_key(t), t))
     bounded.sort(key=lambda x: (x[0], x[1]))
     bounded = [(lb, key, to_parallel(t)) for lb, key, t in bounded]

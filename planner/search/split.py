@@ -58,6 +58,7 @@ def stage_affine(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parallel
     bwd = costs[4]["bwd_dense_s"]
     times, dps, opts, mems = [], [], [], []
     dense = model.layers - model.moe_layers if model.moe is not None else 0
+    memo: dict = {}
     for i in range(pp):
         pts = []
         # Stage 0 holds the dense first layers (DeepSeek-V3): fit it past them, where each
@@ -65,9 +66,14 @@ def stage_affine(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parallel
         n1 = max(v, -(-dense // v) * v) if (i == 0 and 0 < dense < model.layers) else v
         for n in (n1, n1 + v):
             nd = _n_dense(model, i, n)
-            t = sum(stage_time_parts(costs, n, nd, i == pp - 1).values())
-            params = M.stage_params(model, n, i, pp, par.tp, par.ep, n_dense=nd)
-            sync = stage_sync(cluster, job, par, params, n, t, m, bwd)
+            # Time, parameters and synchronisation depend on the stage's role (first, middle,
+            # last), not its index; only memory (in-flight micro-batches) does.
+            role = (0 if i == 0 else (2 if i == pp - 1 else 1), n, nd)
+            if role not in memo:
+                t = sum(stage_time_parts(costs, n, nd, i == pp - 1).values())
+                params = M.stage_params(model, n, i, pp, par.tp, par.ep, n_dense=nd)
+                memo[role] = (t, params, stage_sync(cluster, job, par, params, n, t, m, bwd))
+            t, params, sync = memo[role]
             mem = stage_memory(model, job, par, flash, i, n, params, m).total_bytes
             pts.append((t, sync["dp_s"], n * bwd, sync["optimizer_s"], mem))
         (t1, s1, w1, o1, m1), (t2, s2, w2, o2, m2) = pts
@@ -143,7 +149,7 @@ def _solver():
         import pulp  # noqa: PLC0415  (lazy: pulp costs ~0.2 s to import)
 
         try:
-            s = pulp.HiGHS(msg=False)
+            s = pulp.HiGHS(msg=False, threads=1)  # tiny programs: one thread avoids contention on small machines
             if not s.available():
                 raise RuntimeError
             _SOLVER.append((s, "highs"))
