@@ -164,7 +164,10 @@ def load_model(name_or_path: str) -> ModelSpec:
         from planner import hf_import  # noqa: PLC0415 (lazy: only for HF configs)
 
         if hf_import.looks_like_hf_config(data):
-            return hf_import.model_from_hf_config(data, name=p.parent.name or p.stem)
+            # <repo>/config.json is named after its folder; any other file after itself, unless
+            # the config records where it came from.
+            name = data.get("_name_or_path") or (p.resolve().parent.name if p.name == "config.json" else p.stem)
+            return hf_import.model_from_hf_config(data, name=str(name))
         return model_from_dict(data, str(p))
     return model_from_dict(read_preset("models", name_or_path), f"model[{name_or_path}]")
 

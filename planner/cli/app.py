@@ -117,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
         typer.echo(f"no plan fits: {exc}", err=True)
         for hint in exc.hints:
             typer.echo(f"  hint: {hint}", err=True)
+        if "--json" in args:  # scripts reading stdout get a document, not an empty file
+            import json as _json  # noqa: PLC0415
+
+            typer.echo(_json.dumps({"schema": "planner-error/1", "exit_code": 1, "error": str(exc), "hints": exc.hints}))
         return 1
     except SolverFailure as exc:
         if debug:

@@ -288,3 +288,39 @@ def test_every_command_help_has_an_example():
             code = main([cmd, "--help"])
         assert code == 0, cmd
         assert "example" in buf.getvalue().lower(), cmd
+
+
+def test_nothing_fits_with_json_writes_an_error_document():
+    import contextlib
+    import io
+    import json as _json
+
+    from planner.cli.app import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["plan", "--model", "llama3.1-405b", "--gpus", "8", "--json"])
+    assert code == 1
+    doc = _json.loads(out.getvalue())
+    assert doc["schema"] == "planner-error/1" and doc["exit_code"] == 1 and "GiB per GPU" in doc["error"]
+
+
+def test_hf_config_takes_its_name_from_the_file_or_folder(tmp_path):
+    import json as _json
+    from pathlib import Path
+
+    from planner.loaders import load_model
+
+    src = next((Path(__file__).parents[1] / "fixtures" / "hf").glob("*.json"))
+    data = _json.loads(src.read_text())
+    data.pop("_name_or_path", None)
+    named = tmp_path / "my-model.json"
+    named.write_text(_json.dumps(data))
+    folder = tmp_path / "Some-Repo"
+    folder.mkdir()
+    (folder / "config.json").write_text(_json.dumps(data))
+    assert load_model(str(named)).name == "my-model"
+    assert load_model(str(folder / "config.json")).name == "Some-Repo"
+    data["_name_or_path"] = "org/recorded-name"
+    named.write_text(_json.dumps(data))
+    assert load_model(str(named)).name == "org/recorded-name"
