@@ -37,7 +37,8 @@ from pathlib import Path
 from planner import constants as C
 from planner.cost import memory as M
 from planner.cost.comm import group_links
-from planner.cost.compute import gpu_generation
+from planner.cost.compute import supports_flash
+from planner.engines import default_generation, features
 from planner.cost.estimate import check_parallel, default_flash, even_split, layer_costs, stage_memory, stage_sync, stage_time_parts
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
 from planner.loaders import make_cluster, read_mapping
@@ -137,7 +138,7 @@ def hetero_evaluate(model: ModelSpec, hc: HeteroCluster, job: Job, par: Parallel
     t, mem, cap, syncs, first = [], [], [], [], 0
     for i, (g, n) in enumerate(zip(placement, layers)):
         c = clusters[g]
-        fl = flash and gpu_generation(c.gpu) != "other"
+        fl = flash and supports_flash(c.gpu)
         costs = layer_costs(model, c, job, par, fl)
         nd = max(0, min(n, dense - first))
         first += n
@@ -175,7 +176,7 @@ def hetero_place(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelCon
         return None
     m = par.num_microbatches(job.global_batch_size)
     eta = C.COMM_COMPUTE_OVERLAP_EFFICIENCY
-    aff = [stage_affine(model, c, job, par, flash and gpu_generation(c.gpu) != "other") for c in clusters]
+    aff = [stage_affine(model, c, job, par, flash and supports_flash(c.gpu)) for c in clusters]
     ts, ms = 1e3, 1.0 / 2**30  # milliseconds and GiB: coefficients near 1 for HiGHS
     big_t = ts * max(max(a * L + b for a, b in af.time) + max(sa * L + sb for sa, sb, _, _ in af.dp)
                      + max(a * L + b for a, b in af.opt) for af in aff)
@@ -233,6 +234,7 @@ def _candidates(model: ModelSpec, hc: HeteroCluster, job: Job, fixed: dict):
     powers of two, any pp from 2 up to the stage slots, and for each (tp, pp) the largest
     dp the groups can host (idle GPUs cost the same and add nothing)."""
     gpn = min(g.gpus_per_node for g in hc.groups)
+    feats = features(default_generation(job))  # the engine features of the job's generation
     pows = [2**k for k in range(0, 15)]
     slots_of = lambda w: sum(g.count // w for g in hc.groups)  # noqa: E731
     for tp in [fixed["tp"]] if "tp" in fixed else [p for p in pows if p <= gpn]:
@@ -248,9 +250,13 @@ def _candidates(model: ModelSpec, hc: HeteroCluster, job: Job, fixed: dict):
                 for mb in [fixed["micro_batch_size"]] if "micro_batch_size" in fixed else (1, 2, 4):
                     if job.global_batch_size % (mb * dp):
                         continue
-                    for rec in [fixed["recompute"]] if "recompute" in fixed else ("none", "selective", "full"):
+                    recs = ("none", "selective", "full") if feats["selective_recompute"] else ("none", "full")
+                    for rec in [fixed["recompute"]] if "recompute" in fixed else recs:
+                        sp = tp > 1 and feats["sequence_parallel"]
                         yield ParallelConfig(tp=tp, pp=pp, dp=dp, micro_batch_size=mb, recompute=rec,
-                                             sequence_parallel=tp > 1, zero=fixed.get("zero", 1))
+                                             sequence_parallel=sp, zero=fixed.get("zero", 1),
+                                             tp_comm_overlap=sp and feats["tp_comm_overlap"],
+                                             async_tp_allreduce=feats["async_tp_allreduce"])
 
 
 def _lower_bound(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelConfig, flash: bool) -> float:
@@ -265,7 +271,7 @@ def _lower_bound(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelCon
     speeds, p2p, last = [], math.inf, math.inf
     for g, grp in enumerate(hc.groups):
         c = hc.group_cluster(g, par.world)
-        costs = layer_costs(model, c, job, par, flash and gpu_generation(c.gpu) != "other")
+        costs = layer_costs(model, c, job, par, flash and supports_flash(c.gpu))
         a = sum(stage_time_parts(costs, 1, 1 if model.moe is None else 0, False).values()) - costs[3]
         speeds.append((1.0 / a, grp.count // width))
         p2p, last = min(p2p, costs[3]), min(last, costs[2])
