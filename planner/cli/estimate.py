@@ -11,7 +11,7 @@ from planner.cli import options as O
 from planner.cli.app import app
 from planner.cli.common import emit_json, plan_document, setup_from_cli
 from planner.errors import InputError, NoFeasiblePlan
-from planner.report.tables import console, estimate_table, track, validation_table
+from planner.report.tables import busy, console, estimate_table, track, validation_table
 
 __all__ = ["estimate_cmd", "validate_cmd"]
 
@@ -47,7 +47,8 @@ def estimate_cmd(
 
     flash = resolve_flash(setup.job, setup.generation, setup.flash) and supports_flash(setup.cluster.gpu)
     try:
-        result = plan(setup.model, setup.cluster, setup.job, top_k=1, options=opts)
+        with busy(f"searching plans for {setup.cluster.num_gpus} GPUs"):
+            result = plan(setup.model, setup.cluster, setup.job, top_k=1, options=opts)
         best = result.plans[0]
     except NoFeasiblePlan as exc:
         if exc.nearest is None:

@@ -10,7 +10,7 @@ from planner.cli import goodput as G
 from planner.cli import options as O
 from planner.cli.app import app
 from planner.cli.common import emit_json, plan_document, setup_from_cli
-from planner.report.tables import console, plans_view
+from planner.report.tables import busy, console, plans_view
 
 __all__ = ["plan_cmd"]
 
@@ -71,7 +71,8 @@ def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, net
     if objective == "goodput" or n_tokens is not None or price is not None:
         gp = G.goodput_for(setup.cluster.num_gpus, float(param_count(setup.model)), ckpt_write_gbs=ckpt_write_gbs,
                            restart_s=restart_s, failure_rate_per_gpu_hour=failure_rate)
-    result = plan(setup.model, setup.cluster, setup.job, top_k=top, options=opts, objective=objective, goodput=gp)
+    with busy(f"searching plans for {setup.cluster.num_gpus} GPUs"):
+        result = plan(setup.model, setup.cluster, setup.job, top_k=top, options=opts, objective=objective, goodput=gp)
     doc = plan_document(setup, result.plans, result.search_dict())
     gp_text: list[str] = []
     if gp is not None:

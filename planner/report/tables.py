@@ -8,6 +8,8 @@ the table (where it may wrap) rather than inside it. GiB appear here, at the edg
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import sys
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
@@ -18,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 __all__ = [
+    "busy",
     "console", "err_console", "plans_table", "plans_view", "estimate_table", "validation_table",
     "gib", "fmt_time", "fmt_tokens", "short_link", "short_bound", "compact_table", "track",
 ]
@@ -150,6 +153,16 @@ def validation_table(results: list, summary: dict) -> Table:
                   fmt_time(r.measured_step_time_s) if r.measured_step_time_s else "-",
                   Text(f"{err:+.1f}%", style=style) if err is not None else "-")
     return t
+
+
+@contextmanager
+def busy(description: str) -> Iterator[None]:
+    """A spinner with elapsed time on stderr while a search runs, only when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        yield
+        return
+    with err_console().status(description, spinner="dots"):
+        yield
 
 
 def track(items: Iterable[T], description: str, total: int | None = None) -> Iterator[T]:
