@@ -38,8 +38,8 @@ from planner import constants as C
 from planner.cost import memory as M
 from planner.cost.comm import group_links
 from planner.cost.compute import supports_flash
-from planner.engines import default_generation, features
-from planner.cost.estimate import check_parallel, default_flash, even_split, layer_costs, stage_memory, stage_sync, stage_time_parts
+from planner.engines import default_generation, features, resolve_flash
+from planner.cost.estimate import check_parallel, even_split, layer_costs, stage_memory, stage_sync, stage_time_parts
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
 from planner.loaders import make_cluster, read_mapping
 from planner.search.split import _quiet, _solver, stage_affine
@@ -133,7 +133,7 @@ def hetero_evaluate(model: ModelSpec, hc: HeteroCluster, job: Job, par: Parallel
     pp, m = par.pp, par.num_microbatches(job.global_batch_size)
     if len(placement) != pp or len(layers) != pp or sum(layers) != model.layers or min(layers) < 1:
         raise InputError("layers_per_stage", list(layers), f"{pp} positive counts summing to {model.layers}")
-    flash = default_flash(job) if flash is None else flash
+    flash = resolve_flash(job, None, flash)
     dense = model.layers - model.moe_layers
     t, mem, cap, syncs, first = [], [], [], [], 0
     for i, (g, n) in enumerate(zip(placement, layers)):
@@ -168,7 +168,7 @@ def hetero_place(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelCon
     import pulp  # noqa: PLC0415
 
     clusters = _check(model, hc, job, par)
-    flash = default_flash(job) if flash is None else flash
+    flash = resolve_flash(job, None, flash)
     pp, L, G = par.pp, model.layers, len(hc.groups)
     width = par.tp * par.dp
     slots = [g.count // width for g in hc.groups]
@@ -299,7 +299,7 @@ def hetero_plan(model: ModelSpec, hc: HeteroCluster, job: Job, fixed: dict | Non
     from planner.search.bounds import states_bound_fn  # noqa: PLC0415
 
     states_of = states_bound_fn(model, job.precision)
-    flash = default_flash(job) if flash is None else flash
+    flash = resolve_flash(job, None, flash)
     cap = max(g.gpu.memory_bytes for g in hc.groups)
     pool = []
     for par in _candidates(model, hc, job, dict(fixed or {})):

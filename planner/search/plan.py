@@ -233,8 +233,6 @@ def _timed_out(limit: float, found: list, candidates: int, evaluated: int, t0: f
     """SolverFailure carrying a PlanResult of the plans found so far (possibly none)."""
     ranked = sorted(found, key=lambda x: (x[0], x[1]))[:top_k]
     plans = [Plan(i + 1, par, est) for i, (_, _, est, par) in enumerate(ranked)]
-    from planner.search import split as _split  # noqa: PLC0415
-
     solver = _split._SOLVER[0][1] if _split._SOLVER else "none"  # no import of the solver just to name it
     best = PlanResult(plans, solver, candidates, evaluated, time.perf_counter() - t0, flash,
                       [f"time limit of {limit:g} s hit while {phase}; not proven best"])
