@@ -8,11 +8,14 @@ which one it is predicting when a field is unknown:
   and no selective recompute (both introduced by Korthikanti et al. 2022), no context
   parallelism (Megatron-core 2024), tensor-parallel communication not overlapped with GEMMs,
   not even the backward all-reduce (``--async-tensor-model-parallel-allreduce`` came with
-  Korthikanti et al. 2022; Narayanan et al. 2021).
+  Korthikanti et al. 2022; Narayanan et al. 2021), and the ZeRO-1 weight all-gather after the
+  optimizer step not overlapped (DeepSpeed ZeRO stage 1/2 gathers the updated partitions
+  right after ``step()``; Megatron-LM had no distributed optimizer before 2022).
 * ``modern`` (Megatron-core with Transformer Engine, torchtitan, DeepSpeed since 2023): bf16
   or fp8, flash attention (Dao et al. 2022/2023), sequence parallelism, selective recompute,
   context parallelism, tensor-parallel all-gather / reduce-scatter pipelined with the GEMMs
-  (``--tp-comm-overlap``).
+  (``--tp-comm-overlap``), the distributed optimizer's weight all-gather overlapped with the
+  next step's forward (``--overlap-param-gather``).
 
 When the generation is not given it is inferred from the precision: FlashAttention reached
 the engines in 2023, after large-model training had moved from fp16 to bf16, so fp16 runs are
@@ -39,7 +42,8 @@ def features(generation: str) -> dict[str, bool]:
         raise InputError("--generation", generation, "legacy or modern")
     modern = generation == "modern"
     return {"flash_attention": modern, "sequence_parallel": modern, "tp_comm_overlap": modern,
-            "selective_recompute": modern, "context_parallel": modern, "async_tp_allreduce": modern}
+            "selective_recompute": modern, "context_parallel": modern, "async_tp_allreduce": modern,
+            "overlap_param_gather": modern}
 
 
 def resolve_flash(job: Job, generation: str | None = None, flash: bool | None = None) -> bool:

@@ -42,7 +42,7 @@ from planner.engines import default_generation, features, resolve_flash
 from planner.cost.estimate import check_parallel, even_split, layer_costs, stage_memory, stage_sync, stage_time_parts
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
 from planner.loaders import make_cluster, read_mapping
-from planner.search.split import _quiet, _solver, stage_affine
+from planner.search.split import _quiet, _solver, dp_rows, stage_affine
 from planner.specs import ClusterSpec, GpuSpec, Job, ModelSpec, ParallelConfig
 
 __all__ = ["GpuGroup", "HeteroCluster", "HeteroPlan", "load_hetero", "hetero_evaluate", "hetero_place", "hetero_plan"]
@@ -144,7 +144,7 @@ def hetero_evaluate(model: ModelSpec, hc: HeteroCluster, job: Job, par: Parallel
         first += n
         t_i = sum(stage_time_parts(costs, n, nd, i == pp - 1).values())
         params = M.stage_params(model, n, i, pp, par.tp, par.ep, n_dense=nd)
-        syncs.append(stage_sync(c, job, par, params, n, t_i, m, costs[4]["bwd_dense_s"]))
+        syncs.append(stage_sync(c, job, par, params, n, t_i, m, costs[4]["bwd_dense_s"], costs[4]["fwd_dense_s"]))
         mem.append(stage_memory(model, job, par, fl, i, n, params, m).total_bytes)
         cap.append(c.gpu.memory_bytes)
         t.append(t_i)
@@ -178,7 +178,7 @@ def hetero_place(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelCon
     eta = C.COMM_COMPUTE_OVERLAP_EFFICIENCY
     aff = [stage_affine(model, c, job, par, flash and supports_flash(c.gpu)) for c in clusters]
     ts, ms = 1e3, 1.0 / 2**30  # milliseconds and GiB: coefficients near 1 for HiGHS
-    big_t = ts * max(max(a * L + b for a, b in af.time) + max(sa * L + sb for sa, sb, _, _ in af.dp)
+    big_t = ts * max(max(a * L + b for a, b in af.time) + max(sum(sa * L + sb for sa, sb, _, _ in parts) for parts in af.dp)
                      + max(a * L + b for a, b in af.opt) for af in aff)
     big_m = ms * max(max(a * L + b for a, b in af.mem) for af in aff)
     prob = pulp.LpProblem("hetero_placement", pulp.LpMinimize)
@@ -199,13 +199,8 @@ def hetero_place(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelCon
             af, off = aff[g], 1 - x[i][g]
             a, b = af.time[i]
             prob += t[i] >= ts * (a * n[i] + b) - big_t * off
-            sa, sb, wa, wb = af.dp[i]
-            s_i = ts * (sa * n[i] + sb)
-            if par.overlap_grad_reduce:
-                prob += D >= (1 - eta) * s_i - big_t * off
-                prob += D >= s_i - eta * ts * (wa * n[i] + wb) - big_t * off
-            else:
-                prob += D >= s_i - big_t * off
+            for rhs in dp_rows(af.dp[i], n[i], ts, eta, par.overlap_grad_reduce):
+                prob += D >= rhs - big_t * off
             prob += O >= ts * (af.opt[i][0] * n[i] + af.opt[i][1]) - big_t * off
             ma, mb = af.mem[i]
             prob += ms * (ma * n[i] + mb) <= ms * clusters[g].gpu.memory_bytes + big_m * off
@@ -256,7 +251,8 @@ def _candidates(model: ModelSpec, hc: HeteroCluster, job: Job, fixed: dict):
                         yield ParallelConfig(tp=tp, pp=pp, dp=dp, micro_batch_size=mb, recompute=rec,
                                              sequence_parallel=sp, zero=fixed.get("zero", 1),
                                              tp_comm_overlap=sp and feats["tp_comm_overlap"],
-                                             async_tp_allreduce=feats["async_tp_allreduce"])
+                                             async_tp_allreduce=feats["async_tp_allreduce"],
+                                             overlap_param_gather=feats["overlap_param_gather"] and fixed.get("zero", 1) in (1, 2))
 
 
 def _lower_bound(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelConfig, flash: bool) -> float:

@@ -306,6 +306,7 @@ class ParallelConfig:
     overlap_grad_reduce: bool = True  # bucketed gradient reduction overlapped with backward
     tp_comm_overlap: bool = False  # TP all-gather/reduce-scatter pipelined with GEMMs (needs SP)
     async_tp_allreduce: bool = True  # backward TP all-reduce overlapped with the weight-gradient GEMM
+    overlap_param_gather: bool = False  # ZeRO 1/2 weight all-gather overlapped with the next forward
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size"):
@@ -339,5 +340,6 @@ class ParallelConfig:
             "vpp": self.vpp, "micro_batch_size": self.micro_batch_size,
             "recompute": self.recompute, "sequence_parallel": self.sequence_parallel,
             "zero": self.zero, "schedule": self.schedule, "tp_comm_overlap": self.tp_comm_overlap, "async_tp_allreduce": self.async_tp_allreduce,
+            "overlap_param_gather": self.overlap_param_gather,
             "layers_per_stage": list(self.layers_per_stage) if self.layers_per_stage else None,
         }

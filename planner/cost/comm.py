@@ -26,7 +26,7 @@ from planner.cost.collectives import Level, cluster_levels, collective, group_sh
 from planner.specs import ClusterSpec, ParallelConfig
 
 __all__ = [
-    "GroupLinks", "group_links", "tp_allreduce_time", "p2p_time", "dp_collective_time", "alltoall_time",
+    "GroupLinks", "group_links", "tp_allreduce_time", "p2p_time", "dp_collective_time", "dp_collective_parts", "alltoall_time",
     "cp_ring_time", "cp_ring_exposed", "cp_hiding_local_len", "moe_dispatch_bytes",
 ]
 
@@ -105,13 +105,18 @@ def p2p_time(links: GroupLinks, nbytes: float) -> float:
     return links.time("sendrecv", nbytes)  # alpha + n / B on the level the group crosses
 
 
-def dp_collective_time(links: GroupLinks, grad_bytes: float, param_bytes: float, zero: int) -> float:
-    """Gradient synchronisation of one step: all-reduce (ZeRO 0) or reduce-scatter of the
-    gradients plus all-gather of the updated 16-bit weights (ZeRO 1/2, Megatron distributed
-    optimizer)."""
+def dp_collective_parts(links: GroupLinks, grad_bytes: float, param_bytes: float, zero: int) -> tuple[float, float]:
+    """Gradient synchronisation of one step as (gradient reduction, weight gather): all-reduce
+    and nothing (ZeRO 0), or reduce-scatter of the gradients and all-gather of the updated
+    16-bit weights (ZeRO 1/2, Megatron distributed optimizer; Rajbhandari et al. 2020 sec. 5)."""
     if zero == 0:
-        return links.time("allreduce", grad_bytes)
-    return links.time("reducescatter", grad_bytes) + links.time("allgather", param_bytes)
+        return links.time("allreduce", grad_bytes), 0.0
+    return links.time("reducescatter", grad_bytes), links.time("allgather", param_bytes)
+
+
+def dp_collective_time(links: GroupLinks, grad_bytes: float, param_bytes: float, zero: int) -> float:
+    """Gradient synchronisation of one step: the sum of :func:`dp_collective_parts`."""
+    return sum(dp_collective_parts(links, grad_bytes, param_bytes, zero))
 
 
 def alltoall_time(links: GroupLinks, nbytes: float) -> float:

@@ -82,7 +82,7 @@ def estimate(
         if (keys[i], stage_t[i]) in seen:
             continue
         seen.add((keys[i], stage_t[i]))
-        sync = stage_sync(cluster, job, par, sp_i, lps[i], stage_t[i], m, raw["bwd_dense_s"])
+        sync = stage_sync(cluster, job, par, sp_i, lps[i], stage_t[i], m, raw["bwd_dense_s"], raw["fwd_dense_s"])
         dp_exposed = max(dp_exposed, sync["dp_exposed_s"])
         zero3_exposed = max(zero3_exposed, sync["zero3_exposed_s"])
         dp_t_max = max(dp_t_max, sync["dp_s"])

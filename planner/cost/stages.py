@@ -9,12 +9,12 @@ from functools import lru_cache
 
 from planner import constants as C
 from planner.cost import memory as M
-from planner.cost.comm import alltoall_time, cp_ring_exposed, cp_ring_time, dp_collective_time, group_links, moe_dispatch_bytes, p2p_time, tp_allreduce_time
+from planner.cost.comm import alltoall_time, cp_ring_exposed, cp_ring_time, dp_collective_parts, group_links, moe_dispatch_bytes, p2p_time, tp_allreduce_time
 from planner.cost.compute import layer_times, logits_times, moe_load_factor
 from planner.cost.flops import kv_exchange_width
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
-__all__ = ["layer_costs", "stage_time_parts", "dense_counts", "stage_memory", "stage_sync"]
+__all__ = ["layer_costs", "stage_time_parts", "dense_counts", "stage_memory", "stage_sync", "overlap_exposed"]
 
 
 def _per_rank_links(g):
@@ -84,7 +84,7 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, f
 
     lg_f, lg_b = logits_times(model, gpu, prec, mb, s, tp, cp)
     t_p2p = p2p_time(links["pp"], act_bytes / tp)
-    raw = {"t_tp": t_tp, "t_cp": t_cp_f, "t_a2a": t_a2a, "t_p2p": t_p2p, "bwd_dense_s": lt_d.bwd_s,
+    raw = {"t_tp": t_tp, "t_cp": t_cp_f, "t_a2a": t_a2a, "t_p2p": t_p2p, "bwd_dense_s": lt_d.bwd_s, "fwd_dense_s": lt_d.fwd_s,
            "tp_fwd_exposed_s": tp_fwd, "tp_bwd_exposed_s": tp_bwd}
     return cost(lt_d, False), cost(lt_m, True), lg_f + lg_b, (2 * v * t_p2p if par.pp > 1 else 0.0), raw
 
@@ -140,23 +140,43 @@ def stage_memory(model: ModelSpec, job: Job, par: ParallelConfig, flash: bool, s
     return M.StageMemory(stage, n, w, g, o, acts, logits, buffers, reserve)
 
 
-def stage_sync(cluster: ClusterSpec, job: Job, par: ParallelConfig, params: dict, n: int, stage_time_s: float, m: int, bwd_layer_s: float) -> dict:
-    """Once-per-step work of one stage: gradient synchronisation (total and exposed), ZeRO-3
-    gathers, and the optimizer step."""
+def overlap_exposed(comm_s: float, window_s: float) -> float:
+    """What stays of ``comm_s`` when it runs beside ``window_s`` of compute: the shared overlap
+    efficiency of the shorter of the two is hidden (the rule used for every overlap)."""
+    return comm_s - C.COMM_COMPUTE_OVERLAP_EFFICIENCY * min(comm_s, window_s)
+
+
+def stage_sync(cluster: ClusterSpec, job: Job, par: ParallelConfig, params: dict, n: int, stage_time_s: float, m: int,
+               bwd_layer_s: float, fwd_layer_s: float = 0.0) -> dict:
+    """Once-per-step work of one stage: gradient synchronisation (total, exposed, and its
+    ``dp_parts``: (seconds, compute window) pairs), ZeRO-3 gathers, and the optimizer step.
+
+    The gradient reduction runs beside the last micro-batch's backward on this stage
+    (``overlap_grad_reduce``: Megatron ``--overlap-grad-reduce``, DeepSpeed ``overlap_comm``).
+    With ZeRO 1/2 the all-gather of the updated weights runs beside the next step's first
+    forward when ``overlap_param_gather`` (Megatron ``--overlap-param-gather``, which issues
+    each bucket's gather in the forward pre-hook of the module before it); otherwise it joins
+    the reduction's window."""
     links = group_links(cluster, par)
     gpu = cluster.gpu
     grad_b = M.grad_bytes(job.precision)
     shard = par.zero_shard_degree or par.dp * par.cp
     dense_p = params["layers"] + params["embedding"] + params["output"]
     exp_p = params["experts"]
-    t_dp = dp_collective_time(links["dp_cp"], dense_p * grad_b, dense_p * 2, min(par.zero, 2))
+    red, gat = dp_collective_parts(links["dp_cp"], dense_p * grad_b, dense_p * 2, min(par.zero, 2))
     if exp_p:
         exp_dp = max(1, par.dp * par.cp // par.ep)
         el = group_links(cluster, ParallelConfig(tp=par.tp, cp=1, dp=exp_dp, pp=1))["dp"]
-        t_dp += dp_collective_time(el, exp_p * grad_b, exp_p * 2, min(par.zero, 2))
-    window = n * bwd_layer_s  # the last micro-batch's backward on this stage
+        r2, g2 = dp_collective_parts(el, exp_p * grad_b, exp_p * 2, min(par.zero, 2))
+        red, gat = red + r2, gat + g2
+    t_dp = red + gat
+    bwd_w, fwd_w = n * bwd_layer_s, n * fwd_layer_s
+    if par.overlap_param_gather and gat > 0:
+        parts = ((red, bwd_w), (gat, fwd_w))
+    else:
+        parts = ((t_dp, bwd_w),)
+    exposed = sum(overlap_exposed(s, w) for s, w in parts) if par.overlap_grad_reduce else t_dp
     eta = C.COMM_COMPUTE_OVERLAP_EFFICIENCY
-    exposed = t_dp - eta * min(t_dp, window) if par.overlap_grad_reduce else t_dp
     zero3 = 0.0
     if par.zero >= 3:
         # Weights gathered per layer in forward, backward (and the recomputed forward), every
@@ -177,4 +197,4 @@ def stage_sync(cluster: ClusterSpec, job: Job, par: ParallelConfig, params: dict
     if job.precision == "fp8":  # FP8 cast-transpose of the updated weights, once per step (TE weight cache)
         local = (dense_p + exp_p) / (shard if par.zero >= 3 else 1)
         opt += local * C.FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT / (gpu.hbm_bandwidth_bytes_per_s * C.HBM_STREAM_EFFICIENCY)
-    return {"dp_s": t_dp, "dp_exposed_s": exposed, "zero3_exposed_s": zero3, "optimizer_s": opt}
+    return {"dp_s": t_dp, "dp_exposed_s": exposed, "dp_parts": parts, "zero3_exposed_s": zero3, "optimizer_s": opt}

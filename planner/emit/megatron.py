@@ -121,6 +121,12 @@ def _memory_args(v: PlanView) -> list[str]:
         a += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
     if p.zero >= 1:
         a.append("--use-distributed-optimizer")  # ZeRO-1: optimizer states sharded over DP
+    if p.overlap_grad_reduce and p.dp * p.cp > 1:
+        # The cost model hides the bucketed gradient reduction behind the last backward
+        # (stages.stage_sync); Megatron does that only when asked.
+        a.append("--overlap-grad-reduce")
+        if p.overlap_param_gather and p.zero in (1, 2):
+            a.append("--overlap-param-gather")  # the weight gather beside the next forward
     if p.zero >= 2:
         # ZeRO-2/3 = Megatron FSDP with the matching sharding strategy (sec. 0 glossary).
         # validate_args: Megatron-FSDP requires --ckpt-format fsdp_dtensor.

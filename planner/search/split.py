@@ -8,18 +8,23 @@ stage (embedding) and the last (output layer, loss). The step time of
 
     m T + (sum_i t_i - T) / v + D + O + const,   T >= t_i,  D >= dp_i,  O >= opt_i
 
-with dp_i = max((1 - eta) s_i, s_i - eta w_i) (the overlap rule of stage_sync), so the split
-that minimises it under the per-stage memory limit is the integer program
+with dp_i = sum_j max((1 - eta) s_ij, s_ij - eta w_ij) over the parts j of the stage's
+gradient synchronisation (the overlap rule of stage_sync: the reduction beside the last
+backward, and with ``overlap_param_gather`` the weight gather beside the first forward). A sum
+of maxima is the maximum over the choices of one branch per part, so the split that minimises
+the step time under the per-stage memory limit is the integer program
 
     min  (m - 1/v) T + (1/v) sum_i t_i + D + O
     s.t. t_i = a_i n_i + e_i,  n_i = v k_i,  k_i >= 1 integer,  sum_i n_i = L,
-         T >= t_i,  D >= dp_i(n_i),  O >= opt_i(n_i),  mem_i(n_i) <= capacity.
+         T >= t_i,  D >= sum_j branch_j(s_ij, w_ij) for every choice of branches,
+         O >= opt_i(n_i),  mem_i(n_i) <= capacity.
 
 It is solved with HiGHS through PuLP (CBC when HiGHS is unavailable).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 from contextlib import contextmanager
@@ -38,7 +43,7 @@ class StageAffine:
     """value(n) = slope * n + intercept, per stage, for each quantity."""
 
     time: tuple[tuple[float, float], ...]
-    dp: tuple[tuple[float, float, float, float], ...]  # (s slope, s intercept, w slope, w intercept)
+    dp: tuple[tuple[tuple[float, float, float, float], ...], ...]  # per stage, per part: (s slope, s intercept, w slope, w intercept)
     opt: tuple[tuple[float, float], ...]
     mem: tuple[tuple[float, float], ...]
 
@@ -55,7 +60,7 @@ def stage_affine(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parallel
     pp, v = par.pp, par.vpp
     m = par.num_microbatches(job.global_batch_size)
     costs = layer_costs(model, cluster, job, par, flash)
-    bwd = costs[4]["bwd_dense_s"]
+    bwd, fwd = costs[4]["bwd_dense_s"], costs[4]["fwd_dense_s"]
     times, dps, opts, mems = [], [], [], []
     dense = model.layers - model.moe_layers if model.moe is not None else 0
     memo: dict = {}
@@ -72,15 +77,15 @@ def stage_affine(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parallel
             if role not in memo:
                 t = sum(stage_time_parts(costs, n, nd, i == pp - 1).values())
                 params = M.stage_params(model, n, i, pp, par.tp, par.ep, n_dense=nd)
-                memo[role] = (t, params, stage_sync(cluster, job, par, params, n, t, m, bwd))
+                memo[role] = (t, params, stage_sync(cluster, job, par, params, n, t, m, bwd, fwd))
             t, params, sync = memo[role]
             mem = stage_memory(model, job, par, flash, i, n, params, m).total_bytes
-            pts.append((t, sync["dp_s"], n * bwd, sync["optimizer_s"], mem))
-        (t1, s1, w1, o1, m1), (t2, s2, w2, o2, m2) = pts
+            pts.append((t, sync["dp_parts"], sync["optimizer_s"], mem))
+        (t1, d1, o1, m1), (t2, d2, o2, m2) = pts
         slope = lambda a, b: (b - a) / v  # noqa: E731  (the two points are v layers apart)
         line = lambda a, b: (slope(a, b), a - slope(a, b) * n1)  # noqa: E731
         times.append(line(t1, t2))
-        dps.append(line(s1, s2) + line(w1, w2))
+        dps.append(tuple(line(s1, s2) + line(w1, w2) for (s1, w1), (s2, w2) in zip(d1, d2)))
         opts.append(line(o1, o2))
         mems.append(line(m1, m2))
     return StageAffine(tuple(times), tuple(dps), tuple(opts), tuple(mems))
@@ -91,12 +96,29 @@ def split_objective(aff: StageAffine, split: tuple[int, ...], m: int, v: int, ov
     eta = C.COMM_COMPUTE_OVERLAP_EFFICIENCY
     t = [a * n + b for (a, b), n in zip(aff.time, split)]
     dp = []
-    for (sa, sb, wa, wb), n in zip(aff.dp, split):
-        s_ = sa * n + sb
-        w_ = wa * n + wb
-        dp.append(max((1 - eta) * s_, s_ - eta * w_) if overlap else s_)
+    for parts, n in zip(aff.dp, split):
+        d = 0.0
+        for sa, sb, wa, wb in parts:
+            s_ = sa * n + sb
+            w_ = wa * n + wb
+            d += max((1 - eta) * s_, s_ - eta * w_) if overlap else s_
+        dp.append(d)
     opt = [a * n + b for (a, b), n in zip(aff.opt, split)]
     return m * max(t) + (sum(t) - max(t)) / v + max(dp) + max(opt)
+
+
+def dp_rows(parts, n, ts: float, eta: float, overlap: bool) -> list:
+    """Right-hand sides r with D >= r for one stage's synchronisation parts, ``n`` its layer
+    count (a number or a solver expression): the sum over parts of one overlap branch each,
+    for every choice of branches (a sum of maxima is the maximum of these sums)."""
+    terms = []
+    for sa, sb, wa, wb in parts:
+        s_ = ts * (sa * n + sb)
+        terms.append([(1 - eta) * s_, s_ - eta * ts * (wa * n + wb)] if overlap else [s_])
+    return [sum(c[1:], c[0]) for c in itertools.product(*terms)]
+
+
+__all__.append("dp_rows")
 
 
 def split_may_fit(aff: StageAffine, layers: int, v: int, capacity: float) -> bool:
@@ -205,13 +227,8 @@ def optimal_split(
             prob += k[i] <= k[i + 1]
     for i in range(pp):
         prob += T >= t[i]
-        sa, sb, wa, wb = aff.dp[i]
-        s_i = ts * (sa * v * k[i] + sb)
-        if par.overlap_grad_reduce:
-            prob += D >= (1 - eta) * s_i
-            prob += D >= s_i - eta * ts * (wa * v * k[i] + wb)
-        else:
-            prob += D >= s_i
+        for rhs in dp_rows(aff.dp[i], v * k[i], ts, eta, par.overlap_grad_reduce):
+            prob += D >= rhs
         prob += O >= ts * (aff.opt[i][0] * v * k[i] + aff.opt[i][1])
         prob += ms * (aff.mem[i][0] * v * k[i] + aff.mem[i][1]) <= ms * capacity_bytes
     solver = _solver()[0]

@@ -121,3 +121,16 @@ def test_tp_stays_in_domain_by_default():
     job = Job(1024, 32, "fp16")
     result = plan(model, cluster, job, top_k=10)
     assert all(p.parallel.tp <= 4 for p in result.plans)
+
+
+@pytest.mark.parametrize("precision,expect", [("bf16", True), ("fp16", False)])
+def test_param_gather_overlap_follows_the_engine_generation(precision, expect):
+    """Modern engines overlap the distributed optimizer's weight gather with the next forward
+    (--overlap-param-gather); legacy ones gather after the step. Only ZeRO 1/2 have the gather."""
+    from planner.search.space import candidates  # noqa: PLC0415
+
+    model = ModelSpec(name="g", layers=8, hidden=1024, heads=8, kv_heads=8, ffn_hidden=4096, vocab=32000,
+                                                           mlp="gelu", tied_embeddings=True, bias=True, norm="layernorm")
+    job = Job(seq_len=1024, global_batch_size=16, precision=precision)
+    seen = {(p.zero, p.overlap_param_gather) for p in candidates(model, make_cluster("a100-sxm4-80gb", 8), job, SearchOptions())}
+    assert seen == {(0, False), (1, expect), (2, expect), (3, False)}
