@@ -10,12 +10,16 @@ which one it is predicting when a field is unknown:
   not even the backward all-reduce (``--async-tensor-model-parallel-allreduce`` came with
   Korthikanti et al. 2022; Narayanan et al. 2021), and the ZeRO-1 weight all-gather after the
   optimizer step not overlapped (DeepSpeed ZeRO stage 1/2 gathers the updated partitions
-  right after ``step()``; Megatron-LM had no distributed optimizer before 2022).
+  right after ``step()``; Megatron-LM had no distributed optimizer before 2022), and the
+  data-parallel gradient all-reduce run after the last backward, not beside it (Megatron-LM
+  v2's default ``--DDP-impl local`` all-reduces in ``train_step`` once the pipeline has
+  drained; DeepSpeed's pipeline engine reduces after its flush).
 * ``modern`` (Megatron-core with Transformer Engine, torchtitan, DeepSpeed since 2023): bf16
   or fp8, flash attention (Dao et al. 2022/2023), sequence parallelism, selective recompute,
   context parallelism, tensor-parallel all-gather / reduce-scatter pipelined with the GEMMs
   (``--tp-comm-overlap``), the distributed optimizer's weight all-gather overlapped with the
-  next step's forward (``--overlap-param-gather``).
+  next step's forward (``--overlap-param-gather``) and the gradient reduction bucketed beside
+  the backward (``--overlap-grad-reduce``).
 
 When the generation is not given it is inferred from the precision: FlashAttention reached
 the engines in 2023, after large-model training had moved from fp16 to bf16, so fp16 runs are
@@ -43,7 +47,7 @@ def features(generation: str) -> dict[str, bool]:
     modern = generation == "modern"
     return {"flash_attention": modern, "sequence_parallel": modern, "tp_comm_overlap": modern,
             "selective_recompute": modern, "context_parallel": modern, "async_tp_allreduce": modern,
-            "overlap_param_gather": modern}
+            "overlap_param_gather": modern, "overlap_grad_reduce": modern}
 
 
 def resolve_flash(job: Job, generation: str | None = None, flash: bool | None = None) -> bool:

@@ -252,7 +252,8 @@ def _candidates(model: ModelSpec, hc: HeteroCluster, job: Job, fixed: dict):
                                              sequence_parallel=sp, zero=fixed.get("zero", 1),
                                              tp_comm_overlap=sp and feats["tp_comm_overlap"],
                                              async_tp_allreduce=feats["async_tp_allreduce"],
-                                             overlap_param_gather=feats["overlap_param_gather"] and fixed.get("zero", 1) in (1, 2))
+                                             overlap_param_gather=feats["overlap_param_gather"] and fixed.get("zero", 1) in (1, 2),
+                                             overlap_grad_reduce=feats["overlap_grad_reduce"])
 
 
 def _lower_bound(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelConfig, flash: bool) -> float:

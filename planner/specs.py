@@ -340,6 +340,6 @@ class ParallelConfig:
             "vpp": self.vpp, "micro_batch_size": self.micro_batch_size,
             "recompute": self.recompute, "sequence_parallel": self.sequence_parallel,
             "zero": self.zero, "schedule": self.schedule, "tp_comm_overlap": self.tp_comm_overlap, "async_tp_allreduce": self.async_tp_allreduce,
-            "overlap_param_gather": self.overlap_param_gather,
+            "overlap_grad_reduce": self.overlap_grad_reduce, "overlap_param_gather": self.overlap_param_gather,
             "layers_per_stage": list(self.layers_per_stage) if self.layers_per_stage else None,
         }

@@ -125,7 +125,7 @@ def _memory_args(v: PlanView) -> list[str]:
         # The cost model hides the bucketed gradient reduction behind the last backward
         # (stages.stage_sync); Megatron does that only when asked.
         a.append("--overlap-grad-reduce")
-        if p.overlap_param_gather and p.zero in (1, 2):
+        if p.overlap_param_gather and p.zero in (1, 2):  # Megatron requires it with the one above
             a.append("--overlap-param-gather")  # the weight gather beside the next forward
     if p.zero >= 2:
         # ZeRO-2/3 = Megatron FSDP with the matching sharding strategy (sec. 0 glossary).

@@ -105,7 +105,7 @@ _REC = {"none": 0, "selective": 1, "full": 2}
 
 
 def _tuple_key(t: tuple) -> tuple:
-    tp, pp, dp, cp, ep, v, mb, rec, sp, z, tpo, asy, opg = t
+    tp, pp, dp, cp, ep, v, mb, rec, sp, z, tpo, asy, opg, ogr = t
     return (cp, ep, v, tp, pp, dp, mb, _REC[rec], not sp, z, ())
 
 
@@ -167,7 +167,7 @@ def plan(
     for i, t in enumerate(pool):
         if i % 256 == 0 and time.perf_counter() > deadline:
             raise _timed_out(limit, [], len(pool), 0, t0, flash, "bounding")
-        tp, pp, dp, cp, ep, v, mb, rec, sp, z, tpo, asy, opg = t
+        tp, pp, dp, cp, ep, v, mb, rec, sp, z, tpo, asy, opg, ogr = t
         states = states_of(tp, pp, dp, cp, ep, z)
         if states > cap:
             if nearest is None or states < nearest[0]:

@@ -61,14 +61,14 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: SearchOpt
 
 
 def to_parallel(t: tuple) -> ParallelConfig:
-    tp, pp, dp, cp, ep, v, mb, rec, sp, z, tpo, asy, opg = t
+    tp, pp, dp, cp, ep, v, mb, rec, sp, z, tpo, asy, opg, ogr = t
     return ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=v, micro_batch_size=mb, recompute=rec, sequence_parallel=sp, zero=z,
-                          tp_comm_overlap=tpo, async_tp_allreduce=asy, overlap_param_gather=opg)
+                          tp_comm_overlap=tpo, async_tp_allreduce=asy, overlap_param_gather=opg, overlap_grad_reduce=ogr)
 
 
 def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: SearchOptions):
     """Yield (tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, sequence_parallel, zero, tp_comm_overlap, async_tp_allreduce,
-    overlap_param_gather)."""
+    overlap_param_gather, overlap_grad_reduce)."""
     n = cluster.num_gpus
     fx = opts.fixed
     feats = features(opts.generation or default_generation(job))
@@ -124,5 +124,6 @@ def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: Sea
             tpo = fx.get("tp_comm_overlap", feats["tp_comm_overlap"]) and sp and tp > 1
             asy = fx.get("async_tp_allreduce", feats["async_tp_allreduce"])
             # Overlapping the weight gather only ever hides time; it needs ZeRO 1/2's gather.
-            opg = fx.get("overlap_param_gather", feats["overlap_param_gather"]) and z in (1, 2)
-            yield (tp, pp, dp, cp, ep, v, mb, rec, sp, z, tpo, asy, opg)
+            ogr = fx.get("overlap_grad_reduce", feats["overlap_grad_reduce"])
+            opg = fx.get("overlap_param_gather", feats["overlap_param_gather"]) and z in (1, 2) and ogr
+            yield (tp, pp, dp, cp, ep, v, mb, rec, sp, z, tpo, asy, opg, ogr)

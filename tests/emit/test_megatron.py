@@ -96,8 +96,8 @@ def test_flags_match_plan(fixture, rank):
     assert ("--use-distributed-optimizer" in f) == (p.zero >= 1)
     assert ("--use-megatron-fsdp" in f) == (p.zero >= 2)
     # the overlaps the cost model credits are asked for (Megatron's defaults are off)
-    assert ("--overlap-grad-reduce" in f) == (p.dp * p.cp > 1)
-    assert ("--overlap-param-gather" in f) == (p.dp * p.cp > 1 and p.zero in (1, 2) and p.overlap_param_gather)
+    assert ("--overlap-grad-reduce" in f) == (p.dp * p.cp > 1 and p.overlap_grad_reduce)
+    assert ("--overlap-param-gather" in f) == (p.dp * p.cp > 1 and p.overlap_grad_reduce and p.zero in (1, 2) and p.overlap_param_gather)
     # precision
     assert ("--bf16" in f) == (j.precision in ("bf16", "fp8")) and ("--fp16" in f) == (j.precision == "fp16")
     assert (f.get("--fp8-format") == ["hybrid"]) == (j.precision == "fp8")

@@ -124,13 +124,14 @@ def test_tp_stays_in_domain_by_default():
 
 
 @pytest.mark.parametrize("precision,expect", [("bf16", True), ("fp16", False)])
-def test_param_gather_overlap_follows_the_engine_generation(precision, expect):
-    """Modern engines overlap the distributed optimizer's weight gather with the next forward
-    (--overlap-param-gather); legacy ones gather after the step. Only ZeRO 1/2 have the gather."""
+def test_data_parallel_overlaps_follow_the_engine_generation(precision, expect):
+    """Modern engines overlap the gradient reduction with the backward (--overlap-grad-reduce)
+    and the distributed optimizer's weight gather with the next forward (--overlap-param-gather);
+    legacy ones reduce after the last backward and gather after the step. Only ZeRO 1/2 gather."""
     from planner.search.space import candidates  # noqa: PLC0415
 
     model = ModelSpec(name="g", layers=8, hidden=1024, heads=8, kv_heads=8, ffn_hidden=4096, vocab=32000,
                                                            mlp="gelu", tied_embeddings=True, bias=True, norm="layernorm")
     job = Job(seq_len=1024, global_batch_size=16, precision=precision)
-    seen = {(p.zero, p.overlap_param_gather) for p in candidates(model, make_cluster("a100-sxm4-80gb", 8), job, SearchOptions())}
-    assert seen == {(0, False), (1, expect), (2, expect), (3, False)}
+    seen = {(p.zero, p.overlap_param_gather, p.overlap_grad_reduce) for p in candidates(model, make_cluster("a100-sxm4-80gb", 8), job, SearchOptions())}
+    assert seen == {(0, False, expect), (1, expect, expect), (2, expect, expect), (3, False, expect)}
