@@ -49,9 +49,10 @@ def states_bound_fn(model: ModelSpec, precision: str, min_first: int = 1):
     return bound
 
 
-def per_layer_time(model: ModelSpec, cluster: ClusterSpec, job: Job, lk: tuple, flash: bool) -> float:
-    """Mean seconds of one layer and micro-batch on one GPU: compute, recompute and the exposed
-    tensor/context/expert-parallel traffic (no pipeline send/recv)."""
+def per_layer_time(model: ModelSpec, cluster: ClusterSpec, job: Job, lk: tuple, flash: bool) -> tuple[float, float]:
+    """(mean, least) seconds of one layer and micro-batch on one GPU over the model's layer
+    kinds (dense, MoE): compute, recompute and the exposed tensor/context/expert-parallel
+    traffic (no pipeline send/recv)."""
     tp, cp, ep, mb, rec, sp, tpo, asy = lk
     par = ParallelConfig(tp=tp, cp=cp, ep=ep, dp=max(ep, 1), micro_batch_size=mb, recompute=rec, sequence_parallel=sp,
                          tp_comm_overlap=tpo, async_tp_allreduce=asy)
@@ -61,7 +62,8 @@ def per_layer_time(model: ModelSpec, cluster: ClusterSpec, job: Job, lk: tuple, 
     dense = sum(stage_time_parts(costs, 1, 1, False).values()) - costs[3]
     moe = sum(stage_time_parts(costs, 1, 0, False).values()) - costs[3]
     n_moe = model.moe_layers if model.moe is not None else 0
-    return ((model.layers - n_moe) * dense + n_moe * moe) / model.layers
+    least = min(dense if n_moe < model.layers else moe, moe if n_moe else dense)
+    return ((model.layers - n_moe) * dense + n_moe * moe) / model.layers, least
 
 
 def p2p_per_stage(model: ModelSpec, cluster: ClusterSpec, job: Job, pk: tuple) -> float:

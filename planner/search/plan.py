@@ -177,14 +177,17 @@ def plan(
         if lk not in per_layer_cache:
             per_layer_cache[lk] = per_layer_time(model, cluster, job, lk, flash)
         m = job.global_batch_size // (mb * dp)
-        # Every split has (m - 1/v) T + sum(t)/v >= sum(t) ((m - 1/v)/pp + 1/v), T >= mean stage;
-        # sum(t) also holds every stage's pipeline send/recv (split-independent), and every step
-        # pays the fixed overhead.
+        # Every split has step >= (m - 1/v) T + sum(t)/v + the fixed overhead, with sum(t) the
+        # same for every split (all layers, every stage's pipeline send/recv) and T the slowest
+        # stage: at least the mean stage, and at least a stage of ceil(L / (v pp)) chunks of v
+        # layers (some stage holds that many; layers come in whole chunks).
         pk = (tp, cp, dp, pp, mb, v)
         if pk not in p2p_cache:
             p2p_cache[pk] = p2p_per_stage(model, cluster, job, pk) if pp > 1 else 0.0
-        total = per_layer_cache[lk] * model.layers + pp * p2p_cache[pk]
-        lb = total * ((m - 1.0 / v) / pp + 1.0 / v) + STEP_OVERHEAD_S
+        mean_l, least_l = per_layer_cache[lk]
+        total = mean_l * model.layers + pp * p2p_cache[pk]
+        fullest = least_l * v * -(-model.layers // (v * pp)) + p2p_cache[pk]
+        lb = (m - 1.0 / v) * max(total / pp, fullest) + total / v + STEP_OVERHEAD_S
         bounded.append((lb, _tuple_key(t), t))
     bounded.sort(key=lambda x: (x[0], x[1]))
     bounded = [(lb, key, to_parallel(t)) for lb, key, t in bounded]

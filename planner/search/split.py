@@ -107,17 +107,24 @@ def split_objective(aff: StageAffine, split: tuple[int, ...], m: int, v: int, ov
     return m * max(t) + (sum(t) - max(t)) / v + max(dp) + max(opt)
 
 
-def dp_rows(parts, n, ts: float, eta: float, overlap: bool) -> list:
-    """Right-hand sides r with D >= r for one stage's synchronisation parts, ``n`` its layer
-    count (a number or a solver expression): the sum over parts of one overlap branch each,
-    for every choice of branches (a sum of maxima is the maximum of these sums)."""
+def dp_branches(parts, ts: float, eta: float, overlap: bool) -> list[tuple[float, float]]:
+    """(slope, intercept) in the stage's layer count n of every r with D >= r for one stage's
+    synchronisation parts, in units of ``ts``: the sum over parts of one overlap branch each
+    ((1 - eta) s, or s - eta w), for every choice of branches (a sum of maxima is the maximum
+    of these sums)."""
     terms = []
     for sa, sb, wa, wb in parts:
-        s_ = ts * (sa * n + sb)
-        terms.append([(1 - eta) * s_, s_ - eta * ts * (wa * n + wb)] if overlap else [s_])
-    return [sum(c[1:], c[0]) for c in itertools.product(*terms)]
+        s_ = (ts * sa, ts * sb)
+        terms.append([((1 - eta) * s_[0], (1 - eta) * s_[1]), (s_[0] - eta * ts * wa, s_[1] - eta * ts * wb)] if overlap else [s_])
+    return [(sum(c[0] for c in combo), sum(c[1] for c in combo)) for combo in itertools.product(*terms)]
 
 
+def dp_rows(parts, n, ts: float, eta: float, overlap: bool) -> list:
+    """The right-hand sides of :func:`dp_branches` at ``n`` (a number or a solver expression)."""
+    return [a * n + b for a, b in dp_branches(parts, ts, eta, overlap)]
+
+
+__all__.append("dp_branches")
 __all__.append("dp_rows")
 
 
@@ -163,7 +170,9 @@ def _quiet():
 
 
 def solver_name() -> str:
-    return _solver()[1]
+    from planner.search import split_highs  # noqa: PLC0415
+
+    return "highs" if split_highs.available() else _solver()[1]
 
 
 def _solver():
@@ -189,13 +198,14 @@ def optimal_split(
     capacity_bytes: float,
     aff: StageAffine | None = None,
     time_limit_s: float | None = None,
+    backend: str | None = None,
 ) -> tuple[int, ...] | None:
     """The layer split minimising the step time under memory, or None if no split fits.
 
-    ``time_limit_s`` is passed to the solver (PuLP ``timeLimit``); a program stopped by it
-    returns its best integer split so far (callers re-check fit and time), or None."""
-    import pulp  # noqa: PLC0415
-
+    ``time_limit_s`` is passed to the solver; a program stopped by it returns its best integer
+    split so far (callers re-check fit and time), or None. ``backend``: "highspy" (the
+    program as arrays, :mod:`planner.search.split_highs`), "pulp" (the same program in PuLP,
+    on HiGHS or else CBC), or None: highspy when installed, else PuLP."""
     pp, v, L = par.pp, par.vpp, model.layers
     if pp == 1:
         return (L,)
@@ -206,7 +216,24 @@ def optimal_split(
         return None  # no split meets every stage's memory limit: skip the solver
     m = par.num_microbatches(job.global_batch_size)
     eta = C.COMM_COMPUTE_OVERLAP_EFFICIENCY
-    # Scale to milliseconds and GiB so that HiGHS sees coefficients near 1.
+    # Symmetry breaking: the middle stages have the same time and synchronisation terms, and a
+    # later stage holds no more in-flight micro-batches (so no more memory per layer); any
+    # optimum can therefore be reordered so that middle stages hold non-decreasing layer counts.
+    symmetric = [i for i in range(1, pp - 2)
+                 if aff.time[i] == aff.time[i + 1] and aff.dp[i] == aff.dp[i + 1] and aff.opt[i] == aff.opt[i + 1]
+                 and aff.mem[i + 1][0] <= aff.mem[i][0] and aff.mem[i + 1][1] <= aff.mem[i][1]]
+    from planner.search import split_highs  # noqa: PLC0415  (imports this module)
+
+    if backend in (None, "highspy") and split_highs.available():
+        SOLVES[0] += 1
+        ks = split_highs.solve_split(aff, pp, v, L, m, capacity_bytes, eta, par.overlap_grad_reduce, symmetric, time_limit_s)
+        if ks is None:
+            return None
+        split = tuple(x * v for x in ks)
+        return split if sum(split) == L and min(split) >= v else None
+    import pulp  # noqa: PLC0415  (lazy: ~0.2 s to import, and only the CBC path needs it)
+
+    # Scale to milliseconds and GiB so that the solver sees coefficients near 1.
     ts, ms = 1e3, 1.0 / 2**30
     prob = pulp.LpProblem("layer_split", pulp.LpMinimize)
     new_var = getattr(prob, "add_variable", None)  # PuLP >= 3.3 attaches variables to the model
@@ -218,13 +245,8 @@ def optimal_split(
     t = [ts * (aff.time[i][0] * v * k[i] + aff.time[i][1]) for i in range(pp)]
     prob += (m - 1.0 / v) * T + (1.0 / v) * pulp.lpSum(t) + D + O
     prob += pulp.lpSum(k) * v == L
-    # Symmetry breaking: the middle stages have the same time and synchronisation terms, and a
-    # later stage holds no more in-flight micro-batches (so no more memory per layer); any
-    # optimum can therefore be reordered so that middle stages hold non-decreasing layer counts.
-    for i in range(1, pp - 2):
-        if aff.time[i] == aff.time[i + 1] and aff.dp[i] == aff.dp[i + 1] and aff.opt[i] == aff.opt[i + 1] \
-                and aff.mem[i + 1][0] <= aff.mem[i][0] and aff.mem[i + 1][1] <= aff.mem[i][1]:
-            prob += k[i] <= k[i + 1]
+    for i in symmetric:
+        prob += k[i] <= k[i + 1]
     for i in range(pp):
         prob += T >= t[i]
         for rhs in dp_rows(aff.dp[i], v * k[i], ts, eta, par.overlap_grad_reduce):

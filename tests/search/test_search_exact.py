@@ -212,7 +212,10 @@ def _pipelined_candidates(limit_per_scenario: int = 3):
     return out
 
 
-def test_split_mip_equals_enumeration_of_its_objective():
+@pytest.mark.parametrize("backend", ["highspy", "pulp"])
+def test_split_mip_equals_enumeration_of_its_objective(backend):
+    """Both formulations of the program (arrays to HiGHS, PuLP expressions) reach the
+    enumerated optimum."""
     cases = _pipelined_candidates()
     assert len(cases) >= 30
     feasible = infeasible = 0
@@ -224,7 +227,7 @@ def test_split_mip_equals_enumeration_of_its_objective():
         m = par.num_microbatches(job.global_batch_size)
         objs = {sp: split_objective(aff, sp, m, par.vpp, par.overlap_grad_reduce)
                 for sp in compositions(model.layers, par.pp, par.vpp) if split_fits(aff, sp, cap)}
-        got = optimal_split(model, cluster, job, par, flash, cap, aff=aff)
+        got = optimal_split(model, cluster, job, par, flash, cap, aff=aff, backend=backend)
         where = f"{_desc(model, cluster, job)} {par}"
         if not objs:
             assert got is None, where
