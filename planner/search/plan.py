@@ -163,12 +163,16 @@ def plan(
     states_of = states_bound_fn(model, job.precision)  # valid for any layer split
     per_layer_cache: dict = {}
     p2p_cache: dict = {}
+    states_cache: dict = {}
     bounded = []
     for i, t in enumerate(pool):
         if i % 256 == 0 and time.perf_counter() > deadline:
             raise _timed_out(limit, [], len(pool), 0, t0, flash, "bounding")
         tp, pp, dp, cp, ep, v, mb, rec, sp, z, tpo, asy, opg, ogr = t
-        states = states_of(tp, pp, dp, cp, ep, z)
+        sk = (tp, pp, dp, cp, ep, z)
+        states = states_cache.get(sk)
+        if states is None:
+            states = states_cache[sk] = states_of(*sk)
         if states > cap:
             if nearest is None or states < nearest[0]:
                 nearest = (states, None, to_parallel(t))
@@ -190,15 +194,15 @@ def plan(
         lb = (m - 1.0 / v) * max(total / pp, fullest) + total / v + STEP_OVERHEAD_S
         bounded.append((lb, _tuple_key(t), t))
     bounded.sort(key=lambda x: (x[0], x[1]))
-    bounded = [(lb, key, to_parallel(t)) for lb, key, t in bounded]
     kth: list[float] = []  # max-heap (negated) of the K best exact times so far
     found: list = []
     evaluated = 0
     mip_solves = 0
     solved_before = _split.SOLVES[0]
-    for lb, _, par in bounded:
+    for lb, _, t in bounded:
         if len(kth) >= top_k and lb > -kth[0]:
             break
+        par = to_parallel(t)
         if time.perf_counter() > deadline:
             raise _timed_out(limit, found, len(pool), evaluated, t0, flash, "ranking", top_k)
         evaluated += 1
