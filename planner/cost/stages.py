@@ -134,9 +134,11 @@ def stage_memory(model: ModelSpec, job: Job, par: ParallelConfig, flash: bool, s
         acts += mb * s / cp * model.hidden * 2 * u * inflight * (1.5 if model.bias else 1.0)  # embedding output (+ dropout mask)
     logits = 6.0 * mb * s / cp * model.vocab / tp if stage == pp - 1 else 0.0  # 16-bit logits + fp32 softmax
     buffers = M.framework_buffers_bytes()
-    if par.zero >= 3:
-        buffers += 2 * 2 * (params["layers"] + params["experts"]) / max(1, n)  # two gathered layers in 16-bit (prefetch)
-    reserve = C.ALLOCATOR_RESERVE_FRACTION * (w + g + o + acts + logits)
+    gathered = 2 * 2 * (params["layers"] + params["experts"]) / max(1, n) if par.zero >= 3 else 0.0  # two layers in 16-bit (prefetch)
+    buffers += gathered
+    # Fragmentation comes from what is allocated and freed every micro-batch; the model states
+    # live in buffers allocated once (constants.ALLOCATOR_RESERVE_FRACTION).
+    reserve = C.ALLOCATOR_RESERVE_FRACTION * (acts + logits + gathered)
     return M.StageMemory(stage, n, w, g, o, acts, logits, buffers, reserve)
 
 
