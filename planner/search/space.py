@@ -36,7 +36,7 @@ class SearchOptions:
     max_micro_batch: int = 16
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     recompute: tuple[str, ...] = ("none", "selective", "full")
-    max_vpp: int = 8
+    max_vpp: int = 16  # NeMo tunes up to 12-20 virtual stages (recommended_model_configs)
     max_cp: int = 64
     flash_attention: bool | None = None  # None: from the engine generation
     generation: str | None = None  # legacy | modern; None: planner.engines.default_generation
