@@ -1,0 +1,33 @@
+"""The planner's ranking against layouts NVIDIA's performance team tuned (NeMo
+scripts/performance/recommended_model_configs/model_configs_h100.csv; benchmarks/nemo_recommended.py
+runs all ten rows). The bf16 dense rows are checked here: the tuned layout fits in the memory
+model, and its predicted step time is within 10% of the planner's own best."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.cost.estimate import estimate
+from planner.loaders import load_model, make_cluster
+from planner.search.plan import plan
+from planner.search.space import SearchOptions, candidates
+from planner.specs import Job
+
+ROWS = [
+    ("gpt3-175b", 128, 2048, 256, dict(tp=4, pp=8, cp=1, vpp=6, micro_batch_size=1)),
+    ("llama3.1-70b", 64, 8192, 128, dict(tp=4, pp=4, cp=2, vpp=5, micro_batch_size=1)),
+    ("nemotron-4-340b", 256, 4096, 64, dict(tp=8, pp=8, cp=1, vpp=12, micro_batch_size=1)),
+]
+
+
+@pytest.mark.parametrize("name,gpus,seq,gbs,tuned", ROWS, ids=[r[0] for r in ROWS])
+def test_tuned_h100_layout_fits_and_is_near_the_planners_best(name, gpus, seq, gbs, tuned):
+    model, cluster, job = load_model(name), make_cluster("h100-sxm5-80gb", gpus), Job(seq, gbs, "bf16")
+    fixed = {**tuned, "recompute": "none", "zero": 1}
+    ests = [estimate(model, cluster, job, p) for p in candidates(model, cluster, job, SearchOptions(fixed=fixed))]
+    fit = [e for e in ests if e.fits]
+    assert fit, f"{name}: NVIDIA runs {tuned} without recompute; the memory model says it does not fit"
+    best = plan(model, cluster, job, 1).plans[0].estimate.step_time_s
+    tuned_s = min(e.step_time_s for e in fit)
+    assert tuned_s >= best * (1 - 1e-9), "the search missed a fitting layout"
+    assert tuned_s / best <= 1.10, (name, tuned_s, best)
