@@ -89,3 +89,24 @@ def test_cli_hetero_json(tmp_path, capsys):
     d = json.loads(out)["plans"][0]
     assert d["step_time_s"] < d["even_split"]["step_time_s"]
     assert sorted(d["placement"]) == ["a100-sxm4-80gb"] * 2 + ["h100-sxm5-80gb"] * 2
+
+
+@pytest.mark.parametrize("opg", [False, True])
+def test_placement_program_matches_enumeration_with_two_part_dp_sync(opg):
+    """With ZeRO-1 the gradient synchronisation has two overlapped parts (reduce-scatter beside
+    the backward, and with overlap_param_gather the weight gather beside the forward); the
+    program's optimum equals the best of every placement and split."""
+    import itertools  # noqa: PLC0415
+
+    from planner.specs import ModelSpec  # noqa: PLC0415
+
+    model = ModelSpec(name="g", layers=12, hidden=2048, heads=16, kv_heads=16, ffn_hidden=8192, vocab=32000)
+    hc = HeteroCluster("mixed", (GpuGroup(A100, 32, 8, None), GpuGroup(H100, 32, 8, None)))
+    job = Job(512, 16)
+    par = ParallelConfig(tp=4, pp=4, dp=4, micro_batch_size=1, sequence_parallel=True, zero=1, overlap_param_gather=opg)
+    best = hetero_place(model, hc, job, par)
+    every = [hetero_evaluate(model, hc, job, par, pl, tuple(y - x for x, y in zip((0, *c, 12), (*c, 12))))
+             for pl in itertools.product((0, 1), repeat=4) if pl.count(0) <= 2 and pl.count(1) <= 2
+             for c in itertools.combinations(range(1, 12), 3)]
+    brute = min(e.step_time_s for e in every if e.fits)
+    assert best is not None and best.step_time_s == pytest.approx(brute, rel=1e-9)

@@ -173,7 +173,7 @@ def stage_sync(cluster: ClusterSpec, job: Job, par: ParallelConfig, params: dict
         red, gat = red + r2, gat + g2
     t_dp = red + gat
     bwd_w, fwd_w = n * bwd_layer_s, n * fwd_layer_s
-    if par.overlap_param_gather and gat > 0:
+    if par.overlap_param_gather and par.zero in (1, 2):
         parts = ((red, bwd_w), (gat, fwd_w))
     else:
         parts = ((t_dp, bwd_w),)

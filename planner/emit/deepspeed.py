@@ -120,6 +120,13 @@ def deepspeed_notes(v: PlanView) -> list[str]:
         notes.append("fp8: DeepSpeed's JSON has no FP8 switch; the config runs bf16, FP8 needs Transformer Engine layers in the model.")
     if p.ep > 1:
         notes.append("AutoEP uses expert tensor parallel size 1 (its only supported value).")
+    dp = p.dp * p.cp > 1
+    if dp and p.overlap_param_gather and p.zero in (1, 2):
+        notes.append("The prediction overlaps the ZeRO weight all-gather with the next forward (Megatron's "
+                     "--overlap-param-gather); DeepSpeed gathers right after step(), so expect that gather exposed.")
+    if dp and p.overlap_grad_reduce and p.zero == 0:
+        notes.append("The prediction overlaps the gradient all-reduce with the backward; DeepSpeed without ZeRO "
+                     "all-reduces after it (use zero_optimization.stage 1 with overlap_comm to overlap).")
     return notes
 
 

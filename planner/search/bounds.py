@@ -9,7 +9,7 @@ from planner.cost.flops import embedding_params, layer_params
 from planner.cost.memory import bytes_per_param
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
-__all__ = ["SPLIT_MIN_GAIN", "states_bound_fn", "per_layer_time", "p2p_per_stage", "split_may_help"]
+__all__ = ["SPLIT_MIN_GAIN", "states_bound_fn", "per_layer_time", "p2p_per_stage", "step_lower_bound", "split_may_help"]
 
 # An uneven split is sought only when it could shorten the step by more than this fraction
 # (or when the even split does not fit): smaller gains are below the model's resolution.
@@ -71,6 +71,20 @@ def p2p_per_stage(model: ModelSpec, cluster: ClusterSpec, job: Job, pk: tuple) -
     tp, cp, dp, pp, mb, v = pk
     par = ParallelConfig(tp=tp, cp=cp, dp=dp, pp=pp, vpp=v, micro_batch_size=mb)
     return layer_costs(model, cluster, job, par, False)[3]
+
+
+def step_lower_bound(layers: int, pp: int, v: int, m: int, per_layer: tuple[float, float], p2p_s: float, overhead_s: float) -> float:
+    """A step time no layer split of this candidate goes below.
+
+    Every split has step >= (m - 1/v) T + sum(t)/v + the fixed overhead, with sum(t) the same
+    for every split (all layers at their mean time ``per_layer[0]``, every stage's pipeline
+    send/recv ``p2p_s``) and T the slowest stage: at least the mean stage, and at least a stage
+    of ceil(L / (v pp)) chunks of v layers at the least per-layer time ``per_layer[1]`` (some
+    stage holds that many: layers come in whole chunks of v)."""
+    mean_l, least_l = per_layer
+    total = mean_l * layers + pp * p2p_s
+    fullest = least_l * v * -(-layers // (v * pp)) + p2p_s
+    return (m - 1.0 / v) * max(total / pp, fullest) + total / v + overhead_s
 
 
 def split_may_help(est: Estimate, par: ParallelConfig, job: Job, cap: float, kth: list, top_k: int) -> bool:

@@ -35,7 +35,7 @@ from planner.cost.compute import supports_flash
 from planner.engines import resolve_flash
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
 from planner.constants import STEP_OVERHEAD_S
-from planner.search.bounds import SPLIT_MIN_GAIN, p2p_per_stage, per_layer_time, split_may_help, states_bound_fn  # noqa: F401
+from planner.search.bounds import SPLIT_MIN_GAIN, p2p_per_stage, per_layer_time, split_may_help, states_bound_fn, step_lower_bound  # noqa: F401
 from planner.search import split as _split
 from planner.search.space import SearchOptions, candidate_tuples, to_parallel
 from planner.search.split import optimal_split, solver_name
@@ -181,17 +181,10 @@ def plan(
         if lk not in per_layer_cache:
             per_layer_cache[lk] = per_layer_time(model, cluster, job, lk, flash)
         m = job.global_batch_size // (mb * dp)
-        # Every split has step >= (m - 1/v) T + sum(t)/v + the fixed overhead, with sum(t) the
-        # same for every split (all layers, every stage's pipeline send/recv) and T the slowest
-        # stage: at least the mean stage, and at least a stage of ceil(L / (v pp)) chunks of v
-        # layers (some stage holds that many; layers come in whole chunks).
         pk = (tp, cp, dp, pp, mb, v)
         if pk not in p2p_cache:
             p2p_cache[pk] = p2p_per_stage(model, cluster, job, pk) if pp > 1 else 0.0
-        mean_l, least_l = per_layer_cache[lk]
-        total = mean_l * model.layers + pp * p2p_cache[pk]
-        fullest = least_l * v * -(-model.layers // (v * pp)) + p2p_cache[pk]
-        lb = (m - 1.0 / v) * max(total / pp, fullest) + total / v + STEP_OVERHEAD_S
+        lb = step_lower_bound(model.layers, pp, v, m, per_layer_cache[lk], p2p_cache[pk], STEP_OVERHEAD_S)
         bounded.append((lb, _tuple_key(t), t))
     bounded.sort(key=lambda x: (x[0], x[1]))
     kth: list[float] = []  # max-heap (negated) of the K best exact times so far
@@ -229,7 +222,9 @@ def plan(
         raise _no_fit(model, cluster, job, nearest, cap)
     ranked = sorted(found, key=lambda x: (x[0], x[1]))[:top_k]
     plans = [Plan(i + 1, par, est) for i, (_, _, est, par) in enumerate(ranked)]
-    result = PlanResult(plans, solver_name() if mip_solves else "none (no pipeline split to decide)", len(pool), evaluated, time.perf_counter() - t0, flash,
+    solver = solver_name() if _split.SOLVES[0] > solved_before else (
+        "none (every split program was ruled out by its memory rows)" if mip_solves else "none (no pipeline split to decide)")
+    result = PlanResult(plans, solver, len(pool), evaluated, time.perf_counter() - t0, flash,
                         objective=objective, goodput=goodput if objective == "goodput" else None)
     result.notes.append(f"{_split.SOLVES[0] - solved_before} layer-split integer programs solved "
                         f"({mip_solves - (_split.SOLVES[0] - solved_before)} more ruled out by their memory rows alone)")
@@ -240,7 +235,7 @@ def _timed_out(limit: float, found: list, candidates: int, evaluated: int, t0: f
     """SolverFailure carrying a PlanResult of the plans found so far (possibly none)."""
     ranked = sorted(found, key=lambda x: (x[0], x[1]))[:top_k]
     plans = [Plan(i + 1, par, est) for i, (_, _, est, par) in enumerate(ranked)]
-    solver = _split._SOLVER[0][1] if _split._SOLVER else "none"  # no import of the solver just to name it
+    solver = _split.USED[0]  # the last solver used in this process, if any
     best = PlanResult(plans, solver, candidates, evaluated, time.perf_counter() - t0, flash,
                       [f"time limit of {limit:g} s hit while {phase}; not proven best"])
     what = (f"best so far: step {plans[0].estimate.step_time_s:.3g} s with tp={plans[0].parallel.tp} pp={plans[0].parallel.pp} "

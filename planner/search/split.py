@@ -150,6 +150,7 @@ __all__.append("split_fits")
 __all__.append("split_may_fit")
 
 _SOLVER: list = []
+USED = ["none"]  # the solver of the last program handed to one ("highs", "highs via PuLP", "cbc via PuLP")
 SOLVES = [0]  # integer programs handed to the solver (the rest were answered by split_may_fit)
 
 
@@ -170,9 +171,8 @@ def _quiet():
 
 
 def solver_name() -> str:
-    from planner.search import split_highs  # noqa: PLC0415
-
-    return "highs" if split_highs.available() else _solver()[1]
+    """The solver that took the last layer-split program."""
+    return USED[0]
 
 
 def _solver():
@@ -180,12 +180,14 @@ def _solver():
         import pulp  # noqa: PLC0415  (lazy: pulp costs ~0.2 s to import)
 
         try:
-            s = pulp.HiGHS(msg=False, threads=1)  # tiny programs: one thread avoids contention on small machines
+            # tiny programs: one thread avoids contention on small machines; a zero relative
+            # gap makes the optimum exact (HiGHS' default 1e-4 stops at a near-optimal split)
+            s = pulp.HiGHS(msg=False, threads=1, gapRel=0.0)
             if not s.available():
                 raise RuntimeError
             _SOLVER.append((s, "highs"))
         except Exception:  # noqa: BLE001 - any failure to load HiGHS falls back to CBC
-            _SOLVER.append((pulp.PULP_CBC_CMD(msg=False), "cbc"))
+            _SOLVER.append((pulp.PULP_CBC_CMD(msg=False, gapRel=0.0), "cbc"))
     return _SOLVER[0]
 
 
@@ -226,6 +228,7 @@ def optimal_split(
 
     if backend in (None, "highspy") and split_highs.available():
         SOLVES[0] += 1
+        USED[0] = "highs"
         ks = split_highs.solve_split(aff, pp, v, L, m, capacity_bytes, eta, par.overlap_grad_reduce, symmetric, time_limit_s)
         if ks is None:
             return None
@@ -253,7 +256,8 @@ def optimal_split(
             prob += D >= rhs
         prob += O >= ts * (aff.opt[i][0] * v * k[i] + aff.opt[i][1])
         prob += ms * (aff.mem[i][0] * v * k[i] + aff.mem[i][1]) <= ms * capacity_bytes
-    solver = _solver()[0]
+    solver, name = _solver()
+    USED[0] = f"{name} via PuLP"
     solver.timeLimit = time_limit_s
     SOLVES[0] += 1
     with _quiet():

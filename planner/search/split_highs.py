@@ -36,6 +36,7 @@ def available() -> bool:
                 h = highspy.Highs()
             h.setOptionValue("output_flag", False)
             h.setOptionValue("threads", 1)  # tiny programs: one thread avoids contention
+            h.setOptionValue("mip_rel_gap", 0.0)  # exact optimum (the default 1e-4 may stop short)
             _H.append((h, highspy))
         except Exception:  # noqa: BLE001 - no usable highspy: the PuLP path is used
             _H.append(None)

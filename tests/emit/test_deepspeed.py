@@ -109,3 +109,18 @@ def test_zero_stage_rules_kept():
     doc = copy.deepcopy(load("gpt_dense_16gpu"))
     cfg = json.loads(emit_files(doc, "deepspeed", 1)["ds_config.json"])
     assert cfg["zero_optimization"]["stage"] == 3 and "stage3_prefetch_bucket_size" in cfg["zero_optimization"]
+
+
+def test_notes_say_which_overlaps_the_prediction_assumed_that_deepspeed_lacks():
+    from planner.emit.deepspeed import deepspeed_notes  # noqa: PLC0415
+
+    doc = load("llama70b_64gpu")  # rank 1: tp8 pp4 dp2 ZeRO-1 with overlap_param_gather
+    v = load_plan_view(doc, 1)
+    assert v.parallel.overlap_param_gather and v.parallel.zero == 1
+    assert any("--overlap-param-gather" in n for n in deepspeed_notes(v))
+    doc2 = copy.deepcopy(doc)
+    doc2["plans"][0]["parallel"].update(zero=0, overlap_param_gather=False)
+    v2 = load_plan_view(doc2, 1)
+    notes = deepspeed_notes(v2)
+    assert not any("--overlap-param-gather" in n for n in notes)
+    assert any("all-reduces after it" in n for n in notes)

@@ -1,0 +1,83 @@
+"""The search's bounds are bounds: on random small models (dense and MoE with dense first
+layers), for random candidates and every (or a sample of) layer split, the step-time lower
+bound of the branch and bound never exceeds the cost model's step time; and the split
+program's HiGHS array form handles memory rows that bound, do not bound, or rule out a stage."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import random
+
+import pytest
+
+from planner.cost.compute import supports_flash
+from planner.cost.estimate import estimate
+from planner.engines import resolve_flash
+from planner.loaders import make_cluster
+from planner.search import split_highs
+from planner.search.bounds import p2p_per_stage, per_layer_time, step_lower_bound
+from planner.search.plan import STEP_OVERHEAD_S
+from planner.search.space import SearchOptions, candidate_tuples, to_parallel
+from planner.search.split import StageAffine
+from planner.specs import Job, ModelSpec, MoESpec
+
+
+def _splits(layers: int, pp: int, v: int):
+    k = layers // v
+    for cuts in itertools.combinations(range(1, k), pp - 1):
+        b = (0, *cuts, k)
+        yield tuple(v * (y - x) for x, y in zip(b, b[1:]))
+
+
+def _model(rng: random.Random) -> ModelSpec:
+    layers, hidden = rng.randint(4, 12), rng.choice([512, 1024])
+    moe = None
+    if rng.random() < 0.5:
+        moe = MoESpec(experts=rng.choice([4, 8]), top_k=rng.choice([1, 2]), expert_ffn_hidden=rng.choice([256, 2048]),
+                      dense_layers=rng.choice([0, 1, 2]), shared_experts=rng.choice([0, 1]))
+    return ModelSpec(name="m", layers=layers, hidden=hidden, heads=8, kv_heads=8, ffn_hidden=4 * hidden,
+                     vocab=rng.choice([1024, 32000]), moe=moe)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_step_lower_bound_never_exceeds_the_estimate(seed):
+    rng = random.Random(1000 + seed)
+    model = _model(rng)
+    cluster = make_cluster(rng.choice(["a100-sxm4-80gb", "h100-sxm5-80gb"]), rng.choice([8, 16]))
+    job = Job(seq_len=rng.choice([512, 2048]), global_batch_size=rng.choice([16, 32]), precision=rng.choice(["bf16", "fp16"]))
+    flash = resolve_flash(job, None, None) and supports_flash(cluster.gpu)
+    tuples = list(candidate_tuples(model, cluster, job, SearchOptions(max_micro_batch=2, max_cp=2, max_vpp=16)))
+    rng.shuffle(tuples)
+    checked = 0
+    for t in tuples[:25]:
+        tp, pp, dp, cp, ep, v, mb, rec, sp, z, tpo, asy, opg, ogr = t
+        par = to_parallel(t)
+        p2p = p2p_per_stage(model, cluster, job, (tp, cp, dp, pp, mb, v)) if pp > 1 else 0.0
+        per_layer = per_layer_time(model, cluster, job, (tp, cp, ep, mb, rec, sp, tpo, asy), flash)
+        lb = step_lower_bound(model.layers, pp, v, par.num_microbatches(job.global_batch_size), per_layer, p2p, STEP_OVERHEAD_S)
+        splits = [None] if pp == 1 else list(_splits(model.layers, pp, v))
+        for s in rng.sample(splits, min(len(splits), 20)):
+            p2 = par if s is None else dataclasses.replace(par, layers_per_stage=s)
+            step = estimate(model, cluster, job, p2, flash_attention=flash, validate=False).step_time_s
+            assert lb <= step * (1 + 1e-12), (model, par, s, lb, step)
+            checked += 1
+    assert checked >= 20
+
+
+def _aff(mem: list[tuple[float, float]]) -> StageAffine:
+    pp = len(mem)
+    return StageAffine(time=((1e-3, 0.0),) * pp, dp=(((0.0, 0.0, 0.0, 0.0),),) * pp, opt=((0.0, 0.0),) * pp, mem=tuple(mem))
+
+
+@pytest.mark.skipif(not split_highs.available(), reason="highspy not installed")
+def test_highs_memory_rows_become_bounds():
+    # capacity 10: a stage of slope 2 per layer (v = 1) holds at most 5 layers; slope 0 with an
+    # intercept under the capacity holds any number; a negative slope needs at least 2 layers.
+    k = split_highs._k_bounds(_aff([(2.0, 0.0), (0.0, 3.0), (-1.0, 12.0)]), 1, 8, 10.0)
+    assert k == [(1, 5), (1, 8), (2, 8)]
+    assert split_highs._k_bounds(_aff([(0.0, 11.0), (1.0, 0.0)]), 1, 8, 10.0) is None  # a stage over capacity at any size
+    assert split_highs._k_bounds(_aff([(20.0, 0.0), (1.0, 0.0)]), 1, 8, 10.0) is None  # not even one layer fits
+    # The program under those bounds: 10 layers over 3 stages with equal times, the first capped at 5.
+    ks = split_highs.solve_split(_aff([(2.0, 0.0), (0.0, 3.0), (-1.0, 12.0)]), 3, 1, 10, 4, 10.0, 0.6, True, [])
+    assert ks is not None and sum(ks) == 10 and ks[0] <= 5 and ks[2] >= 2 and max(ks) == 4
