@@ -6,13 +6,16 @@ each stage's quantities (collective times are affine in bytes for a fixed algori
 
 1. Enumerate the candidate space (:mod:`planner.search.space`), as plain tuples.
 2. Prune what cannot fit: model states alone (a lower bound of memory) over capacity.
-3. Order by a lower bound on step time (compute and unavoidable tensor-parallel traffic of
-   the bottleneck stage, m * L/pp layers; no bubble, no data-parallel traffic) and evaluate
-   the exact cost model in that order; stop once the bound exceeds the K-th best exact time
+3. Order by a lower bound on step time valid for every layer split
+   (:func:`planner.search.bounds.step_lower_bound`: per-layer compute and exposed
+   tensor/context/expert traffic, pipeline send/recv, the slowest stage at least the mean and
+   at least ceil(L / (v pp)) chunks of v layers; no data-parallel traffic) and evaluate the
+   exact cost model in that order; stop once the bound exceeds the K-th best exact time
    (branch and bound: nothing after that point can enter the top K).
 4. For pipelined candidates the layer split is decided by the integer program of
-   :mod:`planner.search.split` (HiGHS via PuLP) under each stage's memory limit; an even
-   split is kept when it is as good.
+   :mod:`planner.search.split` under each stage's memory limit, solved by HiGHS to a zero
+   optimality gap (as arrays, :mod:`planner.search.split_highs`; the PuLP formulation, on
+   HiGHS or CBC, where highspy is missing); an even split is kept when it is as good.
 5. Rank by predicted step time; ties break on the configuration tuple (deterministic).
    With ``objective="goodput"`` the rank key is the goodput-adjusted time
    step_time / goodput_fraction (:mod:`planner.goodput`: Young/Daly checkpointing for the
