@@ -295,7 +295,7 @@ def hetero_plan(model: ModelSpec, hc: HeteroCluster, job: Job, fixed: dict | Non
     deadline = time.perf_counter() + time_limit_s
     from planner.search.bounds import states_bound_fn  # noqa: PLC0415
 
-    states_of = states_bound_fn(model, job.precision)
+    states_of = states_bound_fn(model, job.precision, grad_reduce=job.grad_reduce)
     flash = resolve_flash(job, None, flash)
     cap = max(g.gpu.memory_bytes for g in hc.groups)
     pool = []

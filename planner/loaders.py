@@ -283,7 +283,8 @@ def run_from_dict(r: dict, where: str = "run") -> Run:
             raise InputError(f"{w}.{key}", r.get(key), "a mapping")
     model = model_from_dict(r["model"], f"{w}.model")
     j = r["job"]
-    job = Job(seq_len=_int(j, "seq_len", f"{w}.job"), global_batch_size=_int(j, "global_batch_size", f"{w}.job"), precision=j.get("precision", "bf16"))
+    job = Job(seq_len=_int(j, "seq_len", f"{w}.job"), global_batch_size=_int(j, "global_batch_size", f"{w}.job"), precision=j.get("precision", "bf16"),
+              grad_reduce=j.get("grad_reduce", "auto"))
     h = r["hardware"]
     if "gpu" not in h:
         raise InputError(f"{w}.hardware.gpu", None, "a GPU preset id")

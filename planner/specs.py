@@ -30,6 +30,7 @@ __all__ = [
 
 MLP_KINDS = ("gelu", "swiglu", "relu2")
 PRECISIONS = ("fp16", "bf16", "fp8")
+GRAD_REDUCE = ("auto", "fp32", "bf16")
 RECOMPUTE_KINDS = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb")
 INTRA_KINDS = ("nvswitch", "nvlink", "pcie", "xgmi")
@@ -265,11 +266,18 @@ class Job:
     seq_len: int
     global_batch_size: int  # sequences per optimizer step
     precision: str = "bf16"
+    # Gradient accumulation and reduction dtype: "auto" = the engines' default (fp16 gradients for
+    # fp16 runs; fp32 main gradients for bf16/fp8, Megatron-LM's default), "fp32", or "bf16"
+    # (Megatron --grad-reduce-in-bf16; NeMo's FP8 performance recipes).
+    grad_reduce: str = "auto"
 
     def __post_init__(self) -> None:
         _positive_int("job.seq_len", self.seq_len)
         _positive_int("job.global_batch_size", self.global_batch_size)
         _choice("job.precision", self.precision, PRECISIONS)
+        _choice("job.grad_reduce", self.grad_reduce, GRAD_REDUCE)
+        if self.grad_reduce == "bf16" and self.precision == "fp16":
+            raise InputError("job.grad_reduce", self.grad_reduce, "auto or fp32 for an fp16 run (bf16 gradients need bf16 or fp8 training)")
         if self.seq_len > 16_777_216:
             raise InputError("job.seq_len", self.seq_len, "at most 16M tokens")
         if self.global_batch_size > 16_777_216:

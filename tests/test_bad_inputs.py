@@ -68,6 +68,8 @@ CASES = [
     ("seq-absurd", ["plan", "--seq-len", "99999999999"], None, None, "--seq-len"),
     ("gbs-zero", ["plan", "-b", "0"], None, None, "--global-batch-size"),
     ("precision", ["plan", "--precision", "fp4"], None, None, "job.precision"),
+    ("grad reduce dtype", ["plan", "--grad-reduce", "fp8"], None, None, "job.grad_reduce"),
+    ("bf16 gradients in an fp16 run", ["estimate", "--precision", "fp16", "--grad-reduce", "bf16"], None, None, "job.grad_reduce"),
     ("attention", ["plan", "--attention", "sparse"], None, None, "--attention"),
     ("model-preset", ["plan", "--model", "llama9-1t"], None, None, "--model"),
     ("gpu-preset", ["plan", "--gpu", "h1000"], None, None, "--gpu"),

@@ -124,7 +124,7 @@ def setup_from_scenario(path: str, run_id: str | None, attention: str | None = N
 
 
 def setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len,
-                   global_batch_size, precision, attention, scenario, run_id, generation=None, **parallel) -> Setup:
+                   global_batch_size, precision, attention, scenario, run_id, generation=None, grad_reduce=None, **parallel) -> Setup:
     """The setup of ``estimate`` and ``plan``: from a scenario (its non-null parallel fields fixed,
     then the flags') or from flags; ``parallel`` holds the parallel flags (None = free)."""
     fixed = fixed_from_flags(**parallel)
@@ -139,6 +139,10 @@ def setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_
         setup = setup_from_flags(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network,
                                  seq_len, global_batch_size, precision, attention, fixed)
     setup.generation = generation
+    if grad_reduce is not None:
+        import dataclasses  # noqa: PLC0415
+
+        setup.job = dataclasses.replace(setup.job, grad_reduce=grad_reduce)  # validated by Job
     return setup
 
 
@@ -168,7 +172,7 @@ def plan_document(setup: Setup, plans: list, search: dict | None) -> dict:
         "schema": "planner-plan/1",
         "planner_version": __version__,
         "model": model,
-        "job": {"seq_len": j.seq_len, "global_batch_size": j.global_batch_size, "precision": j.precision},
+        "job": {"seq_len": j.seq_len, "global_batch_size": j.global_batch_size, "precision": j.precision, "grad_reduce": j.grad_reduce},
         "hardware": hardware,
         "constraints": setup.fixed,
         "plans": [p.as_dict() for p in plans],

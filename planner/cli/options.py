@@ -8,7 +8,7 @@ import typer
 
 __all__ = [
     "ModelOpt", "GpuOpt", "GpusOpt", "GpnOpt", "ClusterOpt", "NicOpt", "NicsOpt", "NetOpt", "SeqOpt", "GbsOpt",
-    "PrecOpt", "GenOpt", "AttnOpt", "TpOpt", "PpOpt", "DpOpt", "CpOpt", "EpOpt", "VppOpt", "MbOpt", "RecOpt", "SpOpt",
+    "PrecOpt", "GradOpt", "GenOpt", "AttnOpt", "TpOpt", "PpOpt", "DpOpt", "CpOpt", "EpOpt", "VppOpt", "MbOpt", "RecOpt", "SpOpt",
     "ZeroOpt", "ScenarioOpt", "IdOpt", "JsonOpt",
 ]
 
@@ -23,6 +23,7 @@ NetOpt = Annotated[Optional[str], typer.Option("--network", help="infiniband | r
 SeqOpt = Annotated[Optional[int], typer.Option("--seq-len", "-s", help="Sequence length in tokens.")]
 GbsOpt = Annotated[Optional[int], typer.Option("--global-batch-size", "-b", help="Sequences per optimizer step.")]
 PrecOpt = Annotated[Optional[str], typer.Option("--precision", help="bf16 | fp16 | fp8.")]
+GradOpt = Annotated[Optional[str], typer.Option("--grad-reduce", help="Gradient accumulation/reduction dtype: auto (fp32 for bf16/fp8, fp16 for fp16) | fp32 | bf16.")]
 GenOpt = Annotated[Optional[str], typer.Option("--generation", help="Engine features: legacy (fp16-era Megatron) | modern; default from the precision.")]
 AttnOpt = Annotated[Optional[str], typer.Option("--attention", help="flash | unfused | auto (auto: flash unless fp16).")]
 TpOpt = Annotated[Optional[int], typer.Option("--tp", help="Tensor-parallel degree.")]

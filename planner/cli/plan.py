@@ -19,7 +19,7 @@ __all__ = ["plan_cmd"]
 def plan_cmd(
     model: O.ModelOpt = None, gpu: O.GpuOpt = None, gpus: O.GpusOpt = None, gpus_per_node: O.GpnOpt = None,
     cluster: O.ClusterOpt = None, nic_gbps: O.NicOpt = None, nics_per_node: O.NicsOpt = None, network: O.NetOpt = None,
-    seq_len: O.SeqOpt = None, global_batch_size: O.GbsOpt = None, precision: O.PrecOpt = None, attention: O.AttnOpt = None, generation: O.GenOpt = None,
+    seq_len: O.SeqOpt = None, global_batch_size: O.GbsOpt = None, precision: O.PrecOpt = None, attention: O.AttnOpt = None, generation: O.GenOpt = None, grad_reduce: O.GradOpt = None,
     tp: O.TpOpt = None, pp: O.PpOpt = None, dp: O.DpOpt = None, cp: O.CpOpt = None, ep: O.EpOpt = None, vpp: O.VppOpt = None,
     micro_batch_size: O.MbOpt = None, recompute: O.RecOpt = None, sequence_parallel: O.SpOpt = None, zero: O.ZeroOpt = None,
     scenario: O.ScenarioOpt = None, id: O.IdOpt = None, json: O.JsonOpt = False,
@@ -48,18 +48,18 @@ def plan_cmd(
         _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len, global_batch_size,
               precision, attention, generation, tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, sequence_parallel, zero, scenario,
               id, json, top, allow_tp_across_nodes, emit, out, force, explain, objective, price, tokens, ckpt_write_gbs,
-              restart_s, failure_rate)
+              restart_s, failure_rate, grad_reduce)
 
 
 def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len, global_batch_size,
           precision, attention, generation, tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, sequence_parallel, zero, scenario,
           id, json, top, allow_tp_across_nodes, emit, out, force, explain, objective, price, tokens, ckpt_write_gbs,
-          restart_s, failure_rate) -> None:
+          restart_s, failure_rate, grad_reduce=None) -> None:
     from planner.search.plan import plan  # noqa: PLC0415
     from planner.search.space import SearchOptions  # noqa: PLC0415
 
     setup = setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len,
-                           global_batch_size, precision, attention, scenario, id, generation, tp=tp, pp=pp, dp=dp, cp=cp,
+                           global_batch_size, precision, attention, scenario, id, generation, grad_reduce, tp=tp, pp=pp, dp=dp, cp=cp,
                            ep=ep, vpp=vpp, micro_batch_size=micro_batch_size, recompute=recompute,
                            sequence_parallel=sequence_parallel, zero=zero)
     opts = SearchOptions(fixed=setup.fixed, allow_tp_across_nodes=allow_tp_across_nodes, flash_attention=setup.flash,

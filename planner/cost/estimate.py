@@ -64,7 +64,7 @@ def estimate(
     bubble = t_pipe - m * t_max
 
     # --- data parallel, optimizer -------------------------------------------------------------
-    grad_b = M.grad_bytes(prec)
+    grad_b = M.grad_bytes(prec, job.grad_reduce)
     # Stages with the same layer counts and role share every per-stage quantity below.
     keys = [(n, dcounts[i], i == 0, i == pp - 1) for i, n in enumerate(lps)]
     memo: dict = {}

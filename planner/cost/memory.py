@@ -44,18 +44,21 @@ __all__ = [
 ]
 
 
-def grad_bytes(precision: str) -> float:
-    """Bytes per gradient element held and reduced: fp32 main gradients for bf16/fp8 (Megatron
-    accumulates and all-reduces them in fp32), 16-bit for fp16 (DeepSpeed/Megatron fp16)."""
-    return 2.0 if precision == "fp16" else 4.0
+def grad_bytes(precision: str, grad_reduce: str = "auto") -> float:
+    """Bytes per gradient element held and reduced. ``auto``: fp32 main gradients for bf16/fp8
+    (Megatron-LM accumulates and reduces them in fp32 by default), 16-bit for fp16
+    (DeepSpeed/Megatron fp16); ``fp32``: 4; ``bf16``: 2 (Megatron ``--grad-reduce-in-bf16``)."""
+    if grad_reduce == "auto":
+        return 2.0 if precision == "fp16" else 4.0
+    return 4.0 if grad_reduce == "fp32" else 2.0
 
 
 @lru_cache(maxsize=4096)
-def bytes_per_param(precision: str, zero: int, dp: int) -> dict[str, float]:
+def bytes_per_param(precision: str, zero: int, dp: int, grad_reduce: str = "auto") -> dict[str, float]:
     """Model-state bytes per parameter held by one GPU, after ZeRO sharding over ``dp``."""
     fp8 = C.FP8_WEIGHT_COPY_BYTES_PER_PARAM if precision == "fp8" else 0.0
     w = 2.0
-    g = grad_bytes(precision)
+    g = grad_bytes(precision, grad_reduce)
     o = 12.0
     return {
         "weights": w / dp if zero >= 3 else w + fp8,

@@ -116,8 +116,8 @@ def stage_memory(model: ModelSpec, job: Job, par: ParallelConfig, flash: bool, s
     sp = par.sequence_parallel and tp > 1
     has_moe = model.moe is not None and model.moe_layers > 0
     shard = par.zero_shard_degree or par.dp * par.cp
-    bpp = M.bytes_per_param(job.precision, par.zero, shard)
-    bpp_e = M.bytes_per_param(job.precision, par.zero, max(1, shard // par.ep))
+    bpp = M.bytes_per_param(job.precision, par.zero, shard, job.grad_reduce)
+    bpp_e = M.bytes_per_param(job.precision, par.zero, max(1, shard // par.ep), job.grad_reduce)
     load = moe_load_factor(model, par.ep)
     a_layer = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, par.recompute, flash, has_moe, job.precision, load)
     a_full = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, "none", flash, has_moe, job.precision, load) if par.recompute == "full" else 0.0
@@ -161,7 +161,7 @@ def stage_sync(cluster: ClusterSpec, job: Job, par: ParallelConfig, params: dict
     the reduction's window."""
     links = group_links(cluster, par)
     gpu = cluster.gpu
-    grad_b = M.grad_bytes(job.precision)
+    grad_b = M.grad_bytes(job.precision, job.grad_reduce)
     shard = par.zero_shard_degree or par.dp * par.cp
     dense_p = params["layers"] + params["embedding"] + params["output"]
     exp_p = params["experts"]

@@ -68,6 +68,8 @@ def deepspeed_config(v: PlanView) -> dict:
         cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
     else:  # bf16; fp8 has no DeepSpeed JSON switch (Transformer Engine in the model code)
         cfg["bf16"] = {"enabled": True}
+    if j.grad_reduce != "auto":  # the gradient dtype the prediction assumed (job.grad_reduce)
+        cfg["communication_data_type"] = j.grad_reduce
     zero: dict = {"stage": p.zero}
     if p.zero >= 1:
         zero.update({"overlap_comm": True, "contiguous_gradients": True, "reduce_scatter": True,

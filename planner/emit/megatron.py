@@ -140,8 +140,12 @@ def _batch_precision_args(v: PlanView) -> list[str]:
     a = ["--micro-batch-size", str(p.micro_batch_size), "--global-batch-size", str(j.global_batch_size)]
     if j.precision == "fp16":
         a.append("--fp16")
+        if j.grad_reduce == "fp32":
+            a.append("--accumulate-allreduce-grads-in-fp32")
     else:
         a.append("--bf16")
+        if j.grad_reduce == "bf16":
+            a.append("--grad-reduce-in-bf16")  # the cost model's 2-byte gradients
         if j.precision == "fp8":
             a += ["--fp8-format", "hybrid"]  # E4M3 forward, E5M2 backward (Transformer Engine)
     return a

@@ -122,7 +122,7 @@ def torchtitan_config(v: PlanView) -> dict:
             "seq_len": j.seq_len,
             "steps": 1000,
             "mixed_precision_param": "bfloat16",
-            "mixed_precision_reduce": "float32",
+            "mixed_precision_reduce": "float32",  # torchtitan 0.2.2 accepts only float32
         },
         "parallelism": parallelism,
         "activation_checkpoint": ac,
@@ -140,6 +140,9 @@ def torchtitan_notes(v: PlanView) -> list[str]:
         f"({v.world}) and global % (local x dp) == 0.",
         "Dry run without GPUs: NGPU=<world> COMM_MODE=fake_backend ./run_train.sh (torchtitan repo).",
     ]
+    if v.job.grad_reduce == "bf16":
+        notes.append("The prediction reduces gradients in bf16; torchtitan's FSDP reduces in float32 only "
+                     "(training.mixed_precision_reduce), so expect twice the gradient traffic.")
     if not known:
         m = v.model
         notes.append(f"torchtitan v0.2.2 ships no flavor with these dimensions: register flavor {flavor!r} under "

@@ -97,7 +97,7 @@ def plan_context(doc: dict, rank: int = 1) -> PlanContext:
     model = model_from_dict({k: v for k, v in m.items() if v is not None}, "plan.model")
     j = _block(doc, "job")
     try:
-        job = Job(j["seq_len"], j["global_batch_size"], j.get("precision", "bf16"))
+        job = Job(j["seq_len"], j["global_batch_size"], j.get("precision", "bf16"), j.get("grad_reduce", "auto"))
     except KeyError as exc:
         raise InputError(f"plan.job.{exc.args[0]}", None, "a value") from None
     hw = _block(doc, "hardware")

@@ -16,7 +16,7 @@ __all__ = ["SPLIT_MIN_GAIN", "states_bound_fn", "per_layer_time", "p2p_per_stage
 SPLIT_MIN_GAIN = 0.002
 
 
-def states_bound_fn(model: ModelSpec, precision: str, min_first: int = 1):
+def states_bound_fn(model: ModelSpec, precision: str, min_first: int = 1, grad_reduce: str = "auto"):
     """A fast function (tp, pp, dp, cp, ep, zero) -> model-state bytes per GPU on the most loaded
     stage, ignoring activations (a lower bound of the peak memory)."""
     # With dense first layers (DeepSeek-V3) a stage may hold either kind, so each layer is
@@ -31,7 +31,7 @@ def states_bound_fn(model: ModelSpec, precision: str, min_first: int = 1):
 
     def bpp(zero: int, shard: int) -> float:
         if (zero, shard) not in bpp_cache:
-            bpp_cache[(zero, shard)] = sum(bytes_per_param(precision, zero, shard).values())
+            bpp_cache[(zero, shard)] = sum(bytes_per_param(precision, zero, shard, grad_reduce).values())
         return bpp_cache[(zero, shard)]
 
     def bound(tp: int, pp: int, dp: int, cp: int, ep: int, zero: int) -> float:

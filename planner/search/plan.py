@@ -163,7 +163,7 @@ def plan(
     if not pool:
         raise explain_no_candidates(model, cluster, job, opts)
     nearest: tuple | None = None  # (bytes, estimate or None, parallel)
-    states_of = states_bound_fn(model, job.precision)  # valid for any layer split
+    states_of = states_bound_fn(model, job.precision, grad_reduce=job.grad_reduce)  # valid for any layer split
     per_layer_cache: dict = {}
     p2p_cache: dict = {}
     states_cache: dict = {}

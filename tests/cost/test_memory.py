@@ -26,6 +26,7 @@ import pytest
 
 from planner import constants as C
 from planner.cost.estimate import estimate
+from planner.cost import memory as M
 from planner.cost.memory import activation_bytes_per_layer, bytes_per_param, inflight_microbatches
 from planner.loaders import make_cluster
 from planner.specs import Job, ModelSpec, ParallelConfig
@@ -189,3 +190,32 @@ def test_peak_includes_buffers_and_reserve_against_states_only():
     assert est.memory_peak_bytes == pytest.approx(lower + C.ALLOCATOR_RESERVE_FRACTION * dynamic + C.FRAMEWORK_BUFFER_BYTES, rel=1e-12)
     assert est.memory_peak_bytes > lower + C.FRAMEWORK_BUFFER_BYTES
     assert math.isfinite(est.memory_peak_bytes)
+
+
+@pytest.mark.parametrize("precision,grad_reduce,want", [
+    ("bf16", "auto", 4.0), ("fp8", "auto", 4.0), ("fp16", "auto", 2.0),
+    ("bf16", "bf16", 2.0), ("fp8", "bf16", 2.0), ("fp16", "fp32", 4.0), ("bf16", "fp32", 4.0),
+])
+def test_gradient_bytes_follow_the_reduction_dtype(precision, grad_reduce, want):
+    assert M.grad_bytes(precision, grad_reduce) == want
+    assert M.bytes_per_param(precision, 0, 1, grad_reduce)["gradients"] == want
+
+
+def test_bf16_gradients_halve_gradient_memory_and_traffic():
+    model = gpt(24, 2048, 16)
+    cluster = make_cluster("a100-sxm4-80gb", 16)
+    par = ParallelConfig(tp=2, dp=8, micro_batch_size=1, zero=1, overlap_grad_reduce=False)
+    e32 = estimate(model, cluster, Job(2048, 16, "bf16"), par)
+    e16 = estimate(model, cluster, Job(2048, 16, "bf16", grad_reduce="bf16"), par)
+    assert e16.stages[0].gradients_bytes == pytest.approx(e32.stages[0].gradients_bytes / 2, rel=1e-12)
+    rs = lambda e: next(c["time_s"] for c in e.comm if c["kind"] == "dp")  # noqa: E731
+    assert rs(e16) < rs(e32)
+
+
+def test_bf16_gradients_need_a_bf16_or_fp8_run():
+    from planner.errors import InputError  # noqa: PLC0415
+
+    with pytest.raises(InputError, match="job.grad_reduce"):
+        Job(2048, 16, "fp16", grad_reduce="bf16")
+    with pytest.raises(InputError, match="job.grad_reduce"):
+        Job(2048, 16, "bf16", grad_reduce="fp8")

@@ -101,6 +101,7 @@ def test_flags_match_plan(fixture, rank):
     # precision
     assert ("--bf16" in f) == (j.precision in ("bf16", "fp8")) and ("--fp16" in f) == (j.precision == "fp16")
     assert (f.get("--fp8-format") == ["hybrid"]) == (j.precision == "fp8")
+    assert ("--grad-reduce-in-bf16" in f) == (j.grad_reduce == "bf16")  # the gradient dtype the prediction assumed
     # MoE
     if m.moe is not None:
         assert one(f, "--num-experts") == m.moe.experts and one(f, "--moe-router-topk") == m.moe.top_k
