@@ -153,7 +153,7 @@ def hetero_evaluate(model: ModelSpec, hc: HeteroCluster, job: Job, par: Parallel
     if model.tied_embeddings:  # as in estimate(): first and last stage all-reduce the tied embedding's gradient
         links = group_links(clusters[placement[0]], par)["pp"]
         lvl = links.inter if links.m > 1 or placement[0] != placement[-1] else links.intra
-        emb = links.intra.latency_s + model.vocab * model.hidden / par.tp * (2.0 if job.precision == "fp16" else 4.0) / lvl.bandwidth_bytes_per_s
+        emb = links.intra.latency_s + model.vocab * model.hidden / par.tp * M.grad_bytes(job.precision, job.grad_reduce) / lvl.bandwidth_bytes_per_s
     step = (m * T + (sum(t) - T) + max(s["dp_exposed_s"] for s in syncs) + max(s["zero3_exposed_s"] for s in syncs)
             + max(s["optimizer_s"] for s in syncs) + emb + C.STEP_OVERHEAD_S)
     return HeteroPlan(par, tuple(placement), tuple(layers), tuple(t), tuple(mem), tuple(cap), step,

@@ -122,7 +122,8 @@ CLUSTER_SCHEMA: Schema = {
     "!gpu": "str", "num_gpus": "gpus", "gpus_per_node": "gpn?", "inter_node": "inter?", "intra_node": "intra?",
     "id": "any", "name": "any", "sources": "any", "notes": "any",
 }
-JOB_SCHEMA: Schema = {"!seq_len": "seq", "!global_batch_size": "gbs", "precision": PRECISION}
+GRAD_REDUCE = _choice("auto", "fp32", "bf16")
+JOB_SCHEMA: Schema = {"!seq_len": "seq", "!global_batch_size": "gbs", "precision": PRECISION, "grad_reduce": GRAD_REDUCE}
 HARDWARE_SCHEMA: Schema = {"!gpu": "str", "!num_gpus": "gpus", "gpus_per_node": "gpn?", "inter_node": "inter?", "intra_node": "intra?"}
 PARALLEL_SCHEMA: Schema = {
     "tp": "int+?", "pp": "int+?", "dp": "int+?", "cp": "int+?", "ep": "int+?", "vpp": "int+?",

@@ -249,3 +249,16 @@ def test_subprocess_no_traceback_and_debug_shows_one():
     assert p.stderr.count("\n") == 1 and "parallel.tp" in p.stderr and "Traceback" not in p.stderr
     p = subprocess.run(cmd + ["--debug"], capture_output=True, text=True, timeout=120)
     assert p.returncode != 0 and "Traceback" in p.stderr
+
+
+def test_scenario_job_may_name_the_gradient_dtype(tmp_path):
+    import json  # noqa: PLC0415
+
+    from planner.loaders import load_runs  # noqa: PLC0415
+
+    model = {"layers": 4, "hidden": 1024, "heads": 8, "kv_heads": 8, "ffn_hidden": 4096, "vocab": 32000}
+    run = {"id": "r", "model": model, "hardware": {"gpu": "h100-sxm5-80gb", "num_gpus": 8},
+           "job": {"seq_len": 4096, "global_batch_size": 32, "precision": "fp8", "grad_reduce": "bf16"}, "parallel": {}}
+    f = tmp_path / "runs.json"
+    f.write_text(json.dumps({"schema": "planner-runs/1", "runs": [run]}))
+    assert load_runs(str(f))[0].job.grad_reduce == "bf16"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 
+from planner.cost.memory import grad_bytes
 from planner.emit.common import LaunchSpec, PlanView, comment, provenance_lines
 from planner.errors import InputError
 
@@ -68,8 +69,14 @@ def deepspeed_config(v: PlanView) -> dict:
         cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
     else:  # bf16; fp8 has no DeepSpeed JSON switch (Transformer Engine in the model code)
         cfg["bf16"] = {"enabled": True}
-    if j.grad_reduce != "auto":  # the gradient dtype the prediction assumed (job.grad_reduce)
-        cfg["communication_data_type"] = j.grad_reduce
+    # The gradient dtype the prediction assumed (memory.grad_bytes: job.grad_reduce, or by default
+    # fp32 for bf16/fp8 and fp16 for fp16), for both the held gradients and their reduction.
+    # Without ZeRO, DeepSpeed accepts only gradients in the model dtype (engine
+    # _do_optimizer_sanity_check): then the default stays and deepspeed_notes says so.
+    gdt, mdt = _grad_dtype(v), ("fp16" if j.precision == "fp16" else "bf16")
+    if p.zero >= 1 or gdt == mdt:
+        cfg["data_types"] = {"grad_accum_dtype": gdt}
+        cfg["communication_data_type"] = gdt
     zero: dict = {"stage": p.zero}
     if p.zero >= 1:
         zero.update({"overlap_comm": True, "contiguous_gradients": True, "reduce_scatter": True,
@@ -107,6 +114,11 @@ def deepspeed_launch_spec(v: PlanView) -> LaunchSpec:
                       tail=['"${TRAIN_ARGS[@]}"', '"$@"'])
 
 
+def _grad_dtype(v: PlanView) -> str:
+    j = v.job
+    return "fp32" if grad_bytes(j.precision, j.grad_reduce) == 4 else ("fp16" if j.precision == "fp16" else "bf16")
+
+
 def deepspeed_notes(v: PlanView) -> list[str]:
     p = v.parallel
     notes = [
@@ -123,6 +135,9 @@ def deepspeed_notes(v: PlanView) -> list[str]:
     if p.ep > 1:
         notes.append("AutoEP uses expert tensor parallel size 1 (its only supported value).")
     dp = p.dp * p.cp > 1
+    if p.zero == 0 and _grad_dtype(v) != ("fp16" if v.job.precision == "fp16" else "bf16"):
+        notes.append(f"The prediction holds and reduces gradients in {_grad_dtype(v)}; DeepSpeed without ZeRO keeps them "
+                     "in the model dtype (half the gradient memory and traffic of the prediction).")
     if dp and p.overlap_param_gather and p.zero in (1, 2):
         notes.append("The prediction overlaps the ZeRO weight all-gather with the next forward (Megatron's "
                      "--overlap-param-gather); DeepSpeed gathers right after step(), so expect that gather exposed.")

@@ -124,3 +124,19 @@ def test_notes_say_which_overlaps_the_prediction_assumed_that_deepspeed_lacks():
     notes = deepspeed_notes(v2)
     assert not any("--overlap-param-gather" in n for n in notes)
     assert any("all-reduces after it" in n for n in notes)
+
+
+@pytest.mark.parametrize("zero,grad_reduce,want", [(1, "auto", "fp32"), (1, "bf16", "bf16"), (0, "bf16", "bf16"), (0, "auto", None)])
+def test_gradient_dtype_is_the_predictions_where_deepspeed_allows_it(zero, grad_reduce, want):
+    from planner.emit.deepspeed import deepspeed_config, deepspeed_notes  # noqa: PLC0415
+
+    doc = copy.deepcopy(load("llama70b_64gpu"))  # bf16
+    doc["job"]["grad_reduce"] = grad_reduce
+    doc["plans"][0]["parallel"].update(zero=zero, vpp=1, schedule="1f1b")  # DeepSpeed's pipeline has no interleaving
+    v = load_plan_view(doc, 1)
+    cfg = deepspeed_config(v)
+    if want is None:  # DeepSpeed without ZeRO accepts only model-dtype gradients: default kept, note says so
+        assert "data_types" not in cfg and "communication_data_type" not in cfg
+        assert any("without ZeRO keeps them in the model dtype" in n for n in deepspeed_notes(v))
+    else:
+        assert cfg["data_types"] == {"grad_accum_dtype": want} and cfg["communication_data_type"] == want

@@ -102,6 +102,10 @@ def test_flags_match_plan(fixture, rank):
     assert ("--bf16" in f) == (j.precision in ("bf16", "fp8")) and ("--fp16" in f) == (j.precision == "fp16")
     assert (f.get("--fp8-format") == ["hybrid"]) == (j.precision == "fp8")
     assert ("--grad-reduce-in-bf16" in f) == (j.grad_reduce == "bf16")  # the gradient dtype the prediction assumed
+    if p.zero >= 2 and j.precision != "fp16":  # Megatron FSDP keeps its own gradient dtype
+        assert f["--megatron-fsdp-main-grads-dtype"] == ["bf16" if j.grad_reduce == "bf16" else "fp32"]
+    else:
+        assert "--megatron-fsdp-main-grads-dtype" not in f
     # MoE
     if m.moe is not None:
         assert one(f, "--num-experts") == m.moe.experts and one(f, "--moe-router-topk") == m.moe.top_k
