@@ -5,8 +5,8 @@
 NVIDIA NeMo ships the layouts its performance team tuned per model and GPU count in
 ``scripts/performance/recommended_model_configs/model_configs_h100.csv`` (NVIDIA/NeMo, read at
 commit 000e8c17a36b378a57e4df0b5a056568d84ab380). Each row below copies one ``pre_train`` row
-of that file: model, GPUs, sequence length, global batch, precision, and the tuned tp, pp, cp,
-ep, virtual stages and micro-batch; ``recompute_layers`` is 0 in every row used, so the tuned
+of that file, kept in ``benchmarks/nemo_h100_layouts.json``: model, GPUs, sequence length,
+global batch, precision, and the tuned tp, pp, cp, ep, virtual stages and micro-batch; ``recompute_layers`` is 0 in every row used, so the tuned
 layout runs without recompute. The planner predicts the tuned layout (its fields fixed, with
 ZeRO-1, the distributed optimizer NeMo enables) and searches its own best; the ratio is tuned /
 best predicted step time, and the memory column says whether the planner thinks the tuned
@@ -23,6 +23,9 @@ pipeline layers, which the planner's split does not), the MoE rows other than Mi
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from planner.cost.estimate import estimate
 from planner.errors import InputError
 from planner.loaders import load_model, make_cluster
@@ -30,19 +33,9 @@ from planner.search.plan import plan
 from planner.search.space import SearchOptions, candidates
 from planner.specs import Job
 
-# (preset, GPUs, seq_len, global batch, precision, tuned layout) from model_configs_h100.csv
-ROWS = [
-    ("gpt3-175b", 128, 2048, 256, "bf16", dict(tp=4, pp=8, cp=1, vpp=6, micro_batch_size=1)),
-    ("gpt3-175b", 128, 2048, 256, "fp8", dict(tp=4, pp=8, cp=1, vpp=6, micro_batch_size=1)),
-    ("gpt3-175b", 512, 2048, 2048, "fp8", dict(tp=4, pp=8, cp=1, vpp=6, micro_batch_size=2)),
-    ("llama3.1-70b", 64, 8192, 128, "bf16", dict(tp=4, pp=4, cp=2, vpp=5, micro_batch_size=1)),
-    ("llama3.1-70b", 64, 8192, 128, "fp8", dict(tp=4, pp=8, cp=1, vpp=5, micro_batch_size=1)),
-    ("llama3.1-8b", 8, 8192, 128, "bf16", dict(tp=1, pp=1, cp=2, vpp=1, micro_batch_size=1)),
-    ("llama3.1-8b", 8, 8192, 128, "fp8", dict(tp=1, pp=1, cp=2, vpp=1, micro_batch_size=1)),
-    ("nemotron-4-340b", 256, 4096, 64, "bf16", dict(tp=8, pp=8, cp=1, vpp=12, micro_batch_size=1)),
-    ("nemotron-4-340b", 256, 4096, 64, "fp8", dict(tp=8, pp=8, cp=1, vpp=12, micro_batch_size=1)),
-    ("mixtral-8x7b", 64, 4096, 256, "bf16", dict(tp=1, pp=4, cp=1, ep=8, vpp=8, micro_batch_size=1)),
-]
+DATA = Path(__file__).resolve().parent / "nemo_h100_layouts.json"  # the rows, with their source
+ROWS = [(r["model"], r["gpus"], r["seq_len"], r["global_batch_size"], r["precision"], r["tuned"])
+        for r in json.loads(DATA.read_text())["rows"]]
 WITHIN = 1.10
 
 

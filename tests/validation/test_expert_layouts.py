@@ -8,6 +8,9 @@ rejects it errs, and this test says so."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from planner.cost.estimate import estimate
@@ -16,14 +19,10 @@ from planner.search.plan import plan
 from planner.search.space import SearchOptions, candidates
 from planner.specs import Job
 
-ROWS = [
-    ("gpt3-175b", 128, 2048, 256, "bf16", dict(tp=4, pp=8, cp=1, vpp=6, micro_batch_size=1)),
-    ("gpt3-175b", 512, 2048, 2048, "fp8", dict(tp=4, pp=8, cp=1, vpp=6, micro_batch_size=2)),
-    ("llama3.1-70b", 64, 8192, 128, "bf16", dict(tp=4, pp=4, cp=2, vpp=5, micro_batch_size=1)),
-    ("llama3.1-70b", 64, 8192, 128, "fp8", dict(tp=4, pp=8, cp=1, vpp=5, micro_batch_size=1)),
-    ("nemotron-4-340b", 256, 4096, 64, "bf16", dict(tp=8, pp=8, cp=1, vpp=12, micro_batch_size=1)),
-    ("nemotron-4-340b", 256, 4096, 64, "fp8", dict(tp=8, pp=8, cp=1, vpp=12, micro_batch_size=1)),
-]
+DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "nemo_h100_layouts.json"
+# The dense rows on more than one node (the single-node 8B and the MoE rows are left to the benchmark).
+ROWS = [(r["model"], r["gpus"], r["seq_len"], r["global_batch_size"], r["precision"], r["tuned"])
+        for r in json.loads(DATA.read_text())["rows"] if r["gpus"] > 8 and "ep" not in r["tuned"]]
 
 
 @pytest.mark.parametrize("name,gpus,seq,gbs,prec,tuned", ROWS, ids=[f"{r[0]}-{r[4]}-{r[1]}" for r in ROWS])
