@@ -26,6 +26,7 @@ from planner.specs import (
     ModelSpec,
     MoESpec,
     ParallelConfig,
+    job_options,
 )
 
 __all__ = [
@@ -283,8 +284,7 @@ def run_from_dict(r: dict, where: str = "run") -> Run:
             raise InputError(f"{w}.{key}", r.get(key), "a mapping")
     model = model_from_dict(r["model"], f"{w}.model")
     j = r["job"]
-    job = Job(seq_len=_int(j, "seq_len", f"{w}.job"), global_batch_size=_int(j, "global_batch_size", f"{w}.job"), precision=j.get("precision", "bf16"),
-              grad_reduce=j.get("grad_reduce", "auto"))
+    job = Job(seq_len=_int(j, "seq_len", f"{w}.job"), global_batch_size=_int(j, "global_batch_size", f"{w}.job"), **job_options(j))
     h = r["hardware"]
     if "gpu" not in h:
         raise InputError(f"{w}.hardware.gpu", None, "a GPU preset id")

@@ -21,6 +21,7 @@ __all__ = [
     "InterNodeNetwork",
     "ClusterSpec",
     "Job",
+    "job_options",
     "ParallelConfig",
     "MLP_KINDS",
     "PRECISIONS",
@@ -286,6 +287,12 @@ class Job:
     @property
     def tokens_per_step(self) -> int:
         return self.seq_len * self.global_batch_size
+
+
+def job_options(block: dict) -> dict:
+    """The optional Job fields a job block of a runs file or plan document gives (precision,
+    grad_reduce); Job's own defaults fill the rest."""
+    return {k: block[k] for k in ("precision", "grad_reduce") if k in block}
 
 
 @dataclass(frozen=True)

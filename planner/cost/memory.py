@@ -38,19 +38,26 @@ __all__ = [
     "grad_bytes",
     "StageMemory",
     "bytes_per_param",
+    "grad_dtype",
     "activation_bytes_per_layer",
     "inflight_microbatches",
     "stage_params",
 ]
 
 
-def grad_bytes(precision: str, grad_reduce: str = "auto") -> float:
-    """Bytes per gradient element held and reduced. ``auto``: fp32 main gradients for bf16/fp8
-    (Megatron-LM accumulates and reduces them in fp32 by default), 16-bit for fp16
-    (DeepSpeed/Megatron fp16); ``fp32``: 4; ``bf16``: 2 (Megatron ``--grad-reduce-in-bf16``)."""
+def grad_dtype(precision: str, grad_reduce: str = "auto") -> str:
+    """The dtype gradients are held and reduced in. ``auto``: fp32 main gradients for bf16/fp8
+    (Megatron-LM accumulates and reduces them in fp32 by default), fp16 for fp16
+    (DeepSpeed/Megatron fp16); otherwise ``grad_reduce`` itself (``bf16``: Megatron
+    ``--grad-reduce-in-bf16``)."""
     if grad_reduce == "auto":
-        return 2.0 if precision == "fp16" else 4.0
-    return 4.0 if grad_reduce == "fp32" else 2.0
+        return "fp16" if precision == "fp16" else "fp32"
+    return grad_reduce
+
+
+def grad_bytes(precision: str, grad_reduce: str = "auto") -> float:
+    """Bytes per gradient element held and reduced (:func:`grad_dtype`)."""
+    return 4.0 if grad_dtype(precision, grad_reduce) == "fp32" else 2.0
 
 
 @lru_cache(maxsize=4096)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from planner.errors import InputError
-from planner.specs import Job, ModelSpec, MoESpec, ParallelConfig
+from planner.specs import Job, ModelSpec, MoESpec, ParallelConfig, job_options
 
 __all__ = [
     "PLAN_SCHEMA",
@@ -164,8 +164,7 @@ def load_plan_view(plan_doc: dict, rank: int = 1) -> PlanView:
         raise InputError("plan_rank", rank, f"one of the ranks in the document {ranks}")
     model_id, model = _model_from(_get(plan_doc, "model", "plan"))
     j = _get(plan_doc, "job", "plan")
-    job = Job(seq_len=_get(j, "seq_len", "job"), global_batch_size=_get(j, "global_batch_size", "job"),
-              precision=j.get("precision", "bf16"), grad_reduce=j.get("grad_reduce", "auto"))
+    job = Job(seq_len=_get(j, "seq_len", "job"), global_batch_size=_get(j, "global_batch_size", "job"), **job_options(j))
     par = _get(chosen, "parallel", f"plans[rank={rank}]")
     keys = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "sequence_parallel", "zero", "schedule", "tp_comm_overlap",
             "overlap_grad_reduce", "overlap_param_gather")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 
-from planner.cost.memory import grad_bytes
+from planner.cost.memory import grad_dtype
 from planner.emit.common import LaunchSpec, PlanView, comment, provenance_lines
 from planner.errors import InputError
 
@@ -69,12 +69,11 @@ def deepspeed_config(v: PlanView) -> dict:
         cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
     else:  # bf16; fp8 has no DeepSpeed JSON switch (Transformer Engine in the model code)
         cfg["bf16"] = {"enabled": True}
-    # The gradient dtype the prediction assumed (memory.grad_bytes: job.grad_reduce, or by default
-    # fp32 for bf16/fp8 and fp16 for fp16), for both the held gradients and their reduction.
-    # Without ZeRO, DeepSpeed accepts only gradients in the model dtype (engine
-    # _do_optimizer_sanity_check): then the default stays and deepspeed_notes says so.
-    gdt, mdt = _grad_dtype(v), ("fp16" if j.precision == "fp16" else "bf16")
-    if p.zero >= 1 or gdt == mdt:
+    # The gradient dtype the prediction assumed (memory.grad_dtype), for both the held gradients
+    # and their reduction. Without ZeRO, DeepSpeed accepts only gradients in the model dtype
+    # (engine _do_optimizer_sanity_check): then the default stays and deepspeed_notes says so.
+    gdt = grad_dtype(j.precision, j.grad_reduce)
+    if p.zero >= 1 or gdt == _model_dtype(v):
         cfg["data_types"] = {"grad_accum_dtype": gdt}
         cfg["communication_data_type"] = gdt
     zero: dict = {"stage": p.zero}
@@ -114,9 +113,9 @@ def deepspeed_launch_spec(v: PlanView) -> LaunchSpec:
                       tail=['"${TRAIN_ARGS[@]}"', '"$@"'])
 
 
-def _grad_dtype(v: PlanView) -> str:
-    j = v.job
-    return "fp32" if grad_bytes(j.precision, j.grad_reduce) == 4 else ("fp16" if j.precision == "fp16" else "bf16")
+def _model_dtype(v: PlanView) -> str:
+    """DeepSpeed's model dtype: fp16 runs are fp16, bf16 and fp8 runs bf16 (no FP8 switch)."""
+    return "fp16" if v.job.precision == "fp16" else "bf16"
 
 
 def deepspeed_notes(v: PlanView) -> list[str]:
@@ -135,8 +134,9 @@ def deepspeed_notes(v: PlanView) -> list[str]:
     if p.ep > 1:
         notes.append("AutoEP uses expert tensor parallel size 1 (its only supported value).")
     dp = p.dp * p.cp > 1
-    if p.zero == 0 and _grad_dtype(v) != ("fp16" if v.job.precision == "fp16" else "bf16"):
-        notes.append(f"The prediction holds and reduces gradients in {_grad_dtype(v)}; DeepSpeed without ZeRO keeps them "
+    gdt = grad_dtype(v.job.precision, v.job.grad_reduce)
+    if p.zero == 0 and gdt != _model_dtype(v):
+        notes.append(f"The prediction holds and reduces gradients in {gdt}; DeepSpeed without ZeRO keeps them "
                      "in the model dtype (half the gradient memory and traffic of the prediction).")
     if dp and p.overlap_param_gather and p.zero in (1, 2):
         notes.append("The prediction overlaps the ZeRO weight all-gather with the next forward (Megatron's "

@@ -9,7 +9,7 @@ pipeline and VPP flags are the hand-written ones of ``megatron/training/argument
 
 from __future__ import annotations
 
-from planner.cost.memory import grad_bytes
+from planner.cost.memory import grad_dtype
 from planner.emit.common import LaunchSpec, PlanView, comment, provenance_lines, render_torchrun
 from planner.errors import InputError
 
@@ -136,7 +136,7 @@ def _memory_args(v: PlanView) -> list[str]:
         if v.job.precision != "fp16":
             # Megatron FSDP keeps gradients in its own dtype (default: the compute dtype), not
             # --grad-reduce-in-bf16's: ask for the one the prediction assumed.
-            a += ["--megatron-fsdp-main-grads-dtype", "fp32" if grad_bytes(v.job.precision, v.job.grad_reduce) == 4 else "bf16"]
+            a += ["--megatron-fsdp-main-grads-dtype", grad_dtype(v.job.precision, v.job.grad_reduce)]
     return a
 
 

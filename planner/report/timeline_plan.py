@@ -33,7 +33,7 @@ from planner.cost.result import Estimate
 from planner.errors import InputError
 from planner.loaders import make_cluster, model_from_dict, parallel_from_dict
 from planner.report.schedule import Schedule, simulate_schedule
-from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
+from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig, job_options
 
 __all__ = ["PLAN_SCHEMAS", "PlanContext", "PlanSchedule", "read_plan_document", "plan_context", "stage_phases", "plan_schedule"]
 
@@ -97,7 +97,7 @@ def plan_context(doc: dict, rank: int = 1) -> PlanContext:
     model = model_from_dict({k: v for k, v in m.items() if v is not None}, "plan.model")
     j = _block(doc, "job")
     try:
-        job = Job(j["seq_len"], j["global_batch_size"], j.get("precision", "bf16"), j.get("grad_reduce", "auto"))
+        job = Job(j["seq_len"], j["global_batch_size"], **job_options(j))
     except KeyError as exc:
         raise InputError(f"plan.job.{exc.args[0]}", None, "a value") from None
     hw = _block(doc, "hardware")
