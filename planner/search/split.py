@@ -25,6 +25,7 @@ It is solved with HiGHS through PuLP (CBC when HiGHS is unavailable).
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import sys
 from contextlib import contextmanager
@@ -128,18 +129,34 @@ __all__.append("dp_branches")
 __all__.append("dp_rows")
 
 
+def chunk_bounds(aff: StageAffine, v: int, top: int, capacity: float) -> list[tuple[int, int]] | None:
+    """Per stage, the fewest and most chunks of v layers (at least 1, at most ``top``) its memory
+    row ``a v k + b <= capacity`` allows; None when some stage allows none."""
+    bounds = []
+    for a, b in aff.mem:
+        lo, hi = 1, top
+        room = capacity - b  # a * v * k <= room
+        if a > 0:
+            hi = min(hi, math.floor(room / (a * v) * (1 + 1e-12)))
+        elif a < 0:
+            lo = max(lo, math.ceil(room / (a * v) * (1 - 1e-12)))
+        elif room < 0:
+            return None
+        if hi < lo:
+            return None
+        bounds.append((lo, hi))
+    return bounds
+
+
 def split_may_fit(aff: StageAffine, layers: int, v: int, capacity: float) -> bool:
     """Whether some split meets the memory limit of every stage (the program's memory rows alone):
-    each stage holds at most floor((capacity - f_i) / b_i) layers, in whole chunks of v, and at
-    least one chunk; together they must hold all the layers."""
-    room = 0
-    for b, f in aff.mem:
-        if f + b * v > capacity:
-            return False
-        room += layers if b <= 0 else int((capacity - f) / b) // v * v
-        if room >= layers:
-            return True
-    return room >= layers
+    the stages' chunk bounds (:func:`chunk_bounds`) must admit L / v chunks in all."""
+    return _admits(chunk_bounds(aff, v, layers // v, capacity), layers // v)
+
+
+def _admits(kb: list[tuple[int, int]] | None, chunks: int) -> bool:
+    """Whether per-stage chunk bounds admit ``chunks`` chunks in all."""
+    return kb is not None and sum(lo for lo, _ in kb) <= chunks <= sum(hi for _, hi in kb)
 
 
 def split_fits(aff: StageAffine, split: tuple[int, ...], capacity: float) -> bool:
@@ -148,6 +165,7 @@ def split_fits(aff: StageAffine, split: tuple[int, ...], capacity: float) -> boo
 
 __all__.append("split_fits")
 __all__.append("split_may_fit")
+__all__.append("chunk_bounds")
 
 _SOLVER: list = []
 USED = ["none"]  # the solver of the last program handed to one ("highs", "highs via PuLP", "cbc via PuLP")
@@ -214,8 +232,9 @@ def optimal_split(
     if L % v or L < pp * v:
         return None
     aff = aff or stage_affine(model, cluster, job, par, flash)
-    if not split_may_fit(aff, L, v, capacity_bytes):
-        return None  # no split meets every stage's memory limit: skip the solver
+    kb = chunk_bounds(aff, v, L // v, capacity_bytes)
+    if not _admits(kb, L // v):
+        return None  # no split meets every stage's memory limit (split_may_fit): skip the solver
     m = par.num_microbatches(job.global_batch_size)
     eta = C.COMM_COMPUTE_OVERLAP_EFFICIENCY
     # Symmetry breaking: the middle stages have the same time and synchronisation terms, and a
@@ -229,7 +248,7 @@ def optimal_split(
     if backend in (None, "highspy") and split_highs.available():
         SOLVES[0] += 1
         USED[0] = "highs"
-        ks = split_highs.solve_split(aff, pp, v, L, m, capacity_bytes, eta, par.overlap_grad_reduce, symmetric, time_limit_s)
+        ks = split_highs.solve_split(aff, kb, v, L, m, eta, par.overlap_grad_reduce, symmetric, time_limit_s)
         if ks is None:
             return None
         split = tuple(x * v for x in ks)

@@ -6,7 +6,8 @@ builds each row from Python expression objects, which costs more than HiGHS take
 these small programs. Two exact reformulations:
 
 * each stage's memory row ``mem_i(n_i) <= capacity`` is affine in the integer ``k_i``, so it
-  becomes a bound on ``k_i`` (floor/ceil of the same inequality);
+  becomes a bound on ``k_i`` (floor/ceil of the same inequality: ``split.chunk_bounds``, which
+  the caller has already computed for its feasibility precheck);
 * the constant terms of the objective (stage intercepts) are dropped; they do not move the
   optimum.
 
@@ -15,8 +16,6 @@ integer solution). ``None`` from :func:`available` means: use the PuLP path.
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -43,31 +42,13 @@ def available() -> bool:
     return _H[0] is not None
 
 
-def _k_bounds(aff: StageAffine, v: int, top: int, capacity: float) -> list[tuple[int, int]] | None:
-    bounds = []
-    for a, b in aff.mem:
-        lo, hi = 1, top
-        room = capacity - b  # a * v * k <= room
-        if a > 0:
-            hi = min(hi, math.floor(room / (a * v) * (1 + 1e-12)))
-        elif a < 0:
-            lo = max(lo, math.ceil(room / (a * v) * (1 - 1e-12)))
-        elif room < 0:
-            return None
-        if hi < lo:
-            return None
-        bounds.append((lo, hi))
-    return bounds
-
-
-def solve_split(aff: StageAffine, pp: int, v: int, layers: int, m: int, capacity: float, eta: float,
+def solve_split(aff: StageAffine, kb: list[tuple[int, int]], v: int, layers: int, m: int, eta: float,
                 overlap: bool, symmetric: list[int], time_limit_s: float | None = None) -> tuple[int, ...] | None:
-    """Chunk counts (k_0 .. k_{pp-1}) of the optimal split; ``symmetric`` lists the i with the
+    """Chunk counts (k_0 .. k_{pp-1}) of the optimal split; ``kb`` the stages' chunk bounds from
+    their memory rows (:func:`planner.search.split.chunk_bounds`), ``symmetric`` the i with the
     row k_i <= k_{i+1} (the PuLP path's symmetry breaking)."""
     h, highspy = _H[0]
-    kb = _k_bounds(aff, v, layers // v, capacity)
-    if kb is None:
-        return None
+    pp = len(kb)
     ts = 1e3  # milliseconds, as the PuLP path: coefficients near 1
     inf = highspy.kHighsInf
     T, D, O = pp, pp + 1, pp + 2  # noqa: E741

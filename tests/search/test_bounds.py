@@ -19,7 +19,7 @@ from planner.search import split_highs
 from planner.search.bounds import p2p_per_stage, per_layer_time, step_lower_bound
 from planner.search.plan import STEP_OVERHEAD_S
 from planner.search.space import SearchOptions, candidate_tuples, to_parallel
-from planner.search.split import StageAffine
+from planner.search.split import StageAffine, chunk_bounds
 from planner.specs import Job, ModelSpec, MoESpec
 
 
@@ -74,10 +74,10 @@ def _aff(mem: list[tuple[float, float]]) -> StageAffine:
 def test_highs_memory_rows_become_bounds():
     # capacity 10: a stage of slope 2 per layer (v = 1) holds at most 5 layers; slope 0 with an
     # intercept under the capacity holds any number; a negative slope needs at least 2 layers.
-    k = split_highs._k_bounds(_aff([(2.0, 0.0), (0.0, 3.0), (-1.0, 12.0)]), 1, 8, 10.0)
+    k = chunk_bounds(_aff([(2.0, 0.0), (0.0, 3.0), (-1.0, 12.0)]), 1, 8, 10.0)
     assert k == [(1, 5), (1, 8), (2, 8)]
-    assert split_highs._k_bounds(_aff([(0.0, 11.0), (1.0, 0.0)]), 1, 8, 10.0) is None  # a stage over capacity at any size
-    assert split_highs._k_bounds(_aff([(20.0, 0.0), (1.0, 0.0)]), 1, 8, 10.0) is None  # not even one layer fits
+    assert chunk_bounds(_aff([(0.0, 11.0), (1.0, 0.0)]), 1, 8, 10.0) is None  # a stage over capacity at any size
+    assert chunk_bounds(_aff([(20.0, 0.0), (1.0, 0.0)]), 1, 8, 10.0) is None  # not even one layer fits
     # The program under those bounds: 10 layers over 3 stages with equal times, the first capped at 5.
-    ks = split_highs.solve_split(_aff([(2.0, 0.0), (0.0, 3.0), (-1.0, 12.0)]), 3, 1, 10, 4, 10.0, 0.6, True, [])
+    ks = split_highs.solve_split(_aff([(2.0, 0.0), (0.0, 3.0), (-1.0, 12.0)]), k, 1, 10, 4, 0.6, True, [])
     assert ks is not None and sum(ks) == 10 and ks[0] <= 5 and ks[2] >= 2 and max(ks) == 4
