@@ -28,7 +28,7 @@ from pathlib import Path
 
 from planner.cost.estimate import estimate
 from planner.errors import InputError
-from planner.loaders import load_model, make_cluster
+from planner.io.loaders import load_model, make_cluster
 from planner.search.plan import plan
 from planner.search.space import SearchOptions, candidates
 from planner.specs import Job

@@ -29,10 +29,10 @@ import sys
 from pathlib import Path
 
 from planner.errors import NoFeasiblePlan
-from planner.loaders import load_runs
+from planner.io.loaders import load_runs
 from planner.search.plan import plan
 from planner.search.space import SearchOptions
-from planner.validate import fill_and_predict
+from planner.calibration.validate import fill_and_predict
 
 DEFAULT = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "public_runs.json"
 WITHIN = 1.10

@@ -17,11 +17,11 @@ from planner.cost.estimate import estimate
 from planner.cost.flops import param_count, step_model_flops
 from planner.cost.result import Estimate
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
-from planner.loaders import load_cluster, load_gpu, load_model, load_runs, make_cluster
+from planner.io.loaders import load_cluster, load_gpu, load_model, load_runs, make_cluster
 from planner.search.plan import Plan, PlanResult, plan
 from planner.search.space import SearchOptions
 from planner.specs import ClusterSpec, GpuSpec, Job, ModelSpec, MoESpec, ParallelConfig
-from planner.validate import validate_runs
+from planner.calibration.validate import validate_runs
 
 __all__ = [
     "__version__",

@@ -1,7 +1,7 @@
 """Frozen, typed specifications: model, GPU, cluster, job and parallel configuration.
 
 All quantities are SI inside (bytes, seconds, FLOP/s, bytes/s). Conversions from the
-units people write in files (GB, GiB, Gb/s, TFLOP/s) happen in :mod:`planner.loaders`,
+units people write in files (GB, GiB, Gb/s, TFLOP/s) happen in :mod:`planner.io.loaders`,
 once, at the edge. Every constructor validates its own invariants and raises
 :class:`planner.errors.InputError` naming the field, the value and what was expected.
 """

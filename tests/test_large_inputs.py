@@ -16,7 +16,7 @@ import planner
 import planner.search.plan as P
 from planner.cli.app import main
 from planner.errors import InputError, SolverFailure
-from planner.loaders import make_cluster
+from planner.io.loaders import make_cluster
 from planner.specs import Job, ModelSpec
 
 LIMIT_S = 3.0

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import planner
 from planner.cli.app import main
 from planner.errors import InputError, NoFeasiblePlan
-from planner.loaders import make_cluster
+from planner.io.loaders import make_cluster
 from planner.specs import Job, ModelSpec, MoESpec, ParallelConfig
 
 SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)

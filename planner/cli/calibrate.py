@@ -1,8 +1,8 @@
 """``planner calibrate RUNS.json --out PROFILE.yaml``: fit the cluster's efficiency constants.
 
 Reads measured step times of the user's own jobs (schema ``planner-runs/1``), picks the
-constants the runs can identify (:func:`planner.calibrate_model.identifiable`), fits them
-(:func:`planner.calibrate.fit_constants`: log-residual least squares, Gauss-Newton
+constants the runs can identify (:func:`planner.calibration.profile.identifiable`), fits them
+(:func:`planner.calibration.fit.fit_constants`: log-residual least squares, Gauss-Newton
 uncertainties) and saves a cluster profile that ``planner plan --profile`` uses.
 """
 
@@ -34,9 +34,9 @@ def calibrate_cmd(
       planner calibrate my_runs.json --out my-cluster.yaml
       planner plan --model llama3.1-70b --gpus 256 --profile my-cluster.yaml
     """
-    from planner.calibrate import profile_from_result, save_profile  # noqa: PLC0415
-    from planner.calibrate_model import FITTABLE, fit_runs, identifiable, prepare_runs, start_values  # noqa: PLC0415
-    from planner.loaders import load_runs  # noqa: PLC0415
+    from planner.calibration.fit import profile_from_result, save_profile  # noqa: PLC0415
+    from planner.calibration.profile import FITTABLE, fit_runs, identifiable, prepare_runs, start_values  # noqa: PLC0415
+    from planner.io.loaders import load_runs  # noqa: PLC0415
 
     if Path(out).exists() and not force:
         raise InputError("--out", out, "a path that does not exist yet (or --force)")

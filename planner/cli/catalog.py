@@ -36,8 +36,8 @@ def models_list() -> None:
       planner models list
     """
     from planner.cost.flops import param_count  # noqa: PLC0415
-    from planner.loaders import model_from_dict  # noqa: PLC0415
-    from planner.presets import preset_ids, read_preset  # noqa: PLC0415
+    from planner.io.loaders import model_from_dict  # noqa: PLC0415
+    from planner.io.presets import preset_ids, read_preset  # noqa: PLC0415
 
     t = compact_table()
     for col, just in (("id", "left"), ("layers", "right"), ("hidden", "right"), ("heads", "right"), ("ffn", "right"),
@@ -62,7 +62,7 @@ def models_show(model: Annotated[str, typer.Argument(help="A preset id, a YAML m
       planner models show path/to/config.json
     """
     from planner.cost.flops import param_count  # noqa: PLC0415
-    from planner.loaders import load_model  # noqa: PLC0415
+    from planner.io.loaders import load_model  # noqa: PLC0415
 
     m = load_model(model)
     t = compact_table(show_header=False)
@@ -85,7 +85,7 @@ def models_show(model: Annotated[str, typer.Argument(help="A preset id, a YAML m
 
 
 def _gpu_table(ids) -> object:
-    from planner.presets import read_preset  # noqa: PLC0415
+    from planner.io.presets import read_preset  # noqa: PLC0415
 
     t = compact_table()
     for col, just in (("id", "left"), ("GiB", "right"), ("HBM GB/s", "right"), ("bf16 TF", "right"), ("fp8 TF", "right"),
@@ -100,7 +100,7 @@ def _gpu_table(ids) -> object:
 
 
 def _fabric_table(ids) -> object:
-    from planner.presets import read_preset  # noqa: PLC0415
+    from planner.io.presets import read_preset  # noqa: PLC0415
 
     t = compact_table()
     for col, just in (("id", "left"), ("kind", "left"), ("Gb/s per NIC", "right"), ("latency us", "right"), ("efficiency", "right")):
@@ -112,7 +112,7 @@ def _fabric_table(ids) -> object:
 
 
 def _cluster_table(ids) -> object:
-    from planner.presets import read_preset  # noqa: PLC0415
+    from planner.io.presets import read_preset  # noqa: PLC0415
 
     t = compact_table()
     for col, just in (("id", "left"), ("gpu", "left"), ("GPUs", "right"), ("/node", "right"), ("NICs per node", "left")):
@@ -136,7 +136,7 @@ def hw_list(
       planner hw list
       planner hw list gpus
     """
-    from planner.presets import preset_ids, suggest  # noqa: PLC0415
+    from planner.io.presets import preset_ids, suggest  # noqa: PLC0415
 
     if kind not in (*_HW_KINDS, "all"):
         hint = suggest(kind, [*_HW_KINDS, "all"])
@@ -170,7 +170,7 @@ def hw_show(name: Annotated[str, typer.Argument(help="A GPU, fabric or cluster p
       planner hw show h100-sxm5-80gb
       planner hw show dgx-h100-superpod
     """
-    from planner.presets import preset_ids, read_preset, suggest  # noqa: PLC0415
+    from planner.io.presets import preset_ids, read_preset, suggest  # noqa: PLC0415
 
     key = name.lower()
     kind = next((k for k in _HW_KINDS if key in preset_ids(k)), None)

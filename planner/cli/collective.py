@@ -64,8 +64,8 @@ def sweep_sizes(lo: int, hi: int) -> list[int]:
 
 
 def _topology(gpu, gpus, gpus_per_node, nic_gbps, nics_per_node, cluster) -> Topology:
-    from planner.loaders import load_cluster, make_cluster, read_mapping  # noqa: PLC0415
-    from planner.presets import read_preset  # noqa: PLC0415
+    from planner.io.loaders import load_cluster, make_cluster, read_mapping  # noqa: PLC0415
+    from planner.io.presets import read_preset  # noqa: PLC0415
 
     if gpus < 1:
         raise InputError("--gpus", gpus, "a positive integer")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from planner import __version__
 from planner.errors import InputError
-from planner.loaders import load_cluster, load_model, make_cluster, read_mapping, run_from_dict
+from planner.io.loaders import load_cluster, load_model, make_cluster, read_mapping, run_from_dict
 from planner.specs import ClusterSpec, Job, ModelSpec
 
 __all__ = ["Setup", "setup_from_cli", "setup_from_flags", "setup_from_scenario", "fixed_from_flags", "plan_document", "emit_json", "DEFAULTS"]
@@ -52,7 +52,7 @@ def _default(value, key: str):
 
 def _flag(name: str, value, kind: str) -> None:
     if value is not None:
-        from planner.validation_rules import check_value  # noqa: PLC0415
+        from planner.io.schema import check_value  # noqa: PLC0415
 
         check_value(name, value, kind)
 
@@ -112,13 +112,13 @@ def setup_from_scenario(path: str, run_id: str | None, attention: str | None = N
         matches = [r for r in runs if isinstance(r, dict) and r.get("id") == run_id]
         if not matches:
             ids = [r.get("id") for r in runs if isinstance(r, dict)]
-            from planner.presets import suggest  # noqa: PLC0415
+            from planner.io.presets import suggest  # noqa: PLC0415
 
             hint = suggest(run_id, [str(i) for i in ids])
             raise InputError("--id", run_id, f"a run id in {path}" + (f" ({hint})" if hint else ""))
         raw = matches[0]
     run = run_from_dict(raw, f"runs[{run_id}]")
-    from planner.validate import fixed_fields  # noqa: PLC0415
+    from planner.calibration.validate import fixed_fields  # noqa: PLC0415
 
     return Setup(run.model, run.cluster, run.job, fixed_fields(run.parallel), raw["model"].get("name", run.id), run.cluster.gpu.id, _attention(attention))
 

@@ -89,8 +89,8 @@ def validate_cmd(
     Example:
       planner validate ../shared/validation/public_runs.json
     """
-    from planner.loaders import load_runs  # noqa: PLC0415
-    from planner.validate import fill_and_predict, summary  # noqa: PLC0415
+    from planner.io.loaders import load_runs  # noqa: PLC0415
+    from planner.calibration.validate import fill_and_predict, summary  # noqa: PLC0415
 
     loaded = load_runs(runs)
     results = [fill_and_predict(r) for r in track(loaded, "predicting runs", total=len(loaded))]

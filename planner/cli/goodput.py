@@ -1,7 +1,7 @@
 """``planner goodput``, and the failure/cost/profile options shared by ``plan`` and ``sweep``.
 
-Formulas are in :mod:`planner.goodput` (Young 1974, Daly 2006, failure rate from the Llama 3
-405B run) and :mod:`planner.costing`; docs/goodput.md and docs/beyond.md. Defaults:
+Formulas are in :mod:`planner.studies.goodput` (Young 1974, Daly 2006, failure rate from the Llama 3
+405B run) and :mod:`planner.studies.costing`; docs/goodput.md and docs/beyond.md. Defaults:
 
 * checkpoint write bandwidth 2 TB/s: the sustained throughput of the Tectonic file system
   that held Llama 3's checkpoints (arXiv 2407.21783 sec. 3.3.1), as in docs/goodput.md;
@@ -71,8 +71,8 @@ def profile_context(path: str | None):
     """A context in which the cost model uses the calibrated constants of ``path`` (or nothing)."""
     if not path:
         return contextlib.nullcontext()
-    from planner.calibrate import load_profile  # noqa: PLC0415
-    from planner.calibrate_model import constants_override, profile_overrides  # noqa: PLC0415
+    from planner.calibration.fit import load_profile  # noqa: PLC0415
+    from planner.calibration.profile import constants_override, profile_overrides  # noqa: PLC0415
 
     return constants_override(profile_overrides(load_profile(path)))
 
@@ -80,8 +80,8 @@ def profile_context(path: str | None):
 def goodput_for(n_gpus: int, n_params: float, *, ckpt_write_gbs: float | None = None, restart_s: float | None = None,
                 failure_rate_per_gpu_hour: float | None = None, n_tokens: float | None = None,
                 tokens_per_s: float | None = None, interval_s: float | None = None, model: str = "daly"):
-    """:func:`planner.goodput.plan_checkpointing` with the CLI's units and defaults."""
-    from planner.goodput import DEFAULT_GPU_FAILURE_RATE_PER_S, plan_checkpointing  # noqa: PLC0415
+    """:func:`planner.studies.goodput.plan_checkpointing` with the CLI's units and defaults."""
+    from planner.studies.goodput import DEFAULT_GPU_FAILURE_RATE_PER_S, plan_checkpointing  # noqa: PLC0415
 
     rate = DEFAULT_GPU_FAILURE_RATE_PER_S if failure_rate_per_gpu_hour is None else _positive("--failure-rate", failure_rate_per_gpu_hour, 0) / 3600.0
     bw = _positive("--ckpt-write-gbs", ckpt_write_gbs, DEFAULT_CKPT_WRITE_GBS) * 1e9
@@ -121,7 +121,7 @@ def goodput_lines(g, n_tokens: float | None, tokens_per_s: float | None, price: 
         f"goodput ({g.model}) {g.goodput_fraction:.4f}",
     ]
     if n_tokens is not None and tokens_per_s:
-        from planner.costing import training_cost  # noqa: PLC0415
+        from planner.studies.costing import training_cost  # noqa: PLC0415
 
         c = training_cost(n_tokens, tokens_per_s, g.n_gpus, price or 0.0, max(g.goodput_fraction, 1e-300))
         line = (f"{n_tokens:.3g} tokens at {tokens_per_s:,.0f} tok/s: compute {fmt_duration(c.compute_time_s)}, "
@@ -139,7 +139,7 @@ def goodput_dict(g, n_tokens: float | None, tokens_per_s: float | None, price: f
     d = {k: getattr(g, k) for k in ("n_gpus", "gpu_failure_rate_per_s", "mtbf_s", "checkpoint_bytes", "checkpoint_s",
                                     "restart_s", "young_interval_s", "daly_interval_s", "interval_s", "model", "goodput_fraction")}
     if n_tokens is not None and tokens_per_s:
-        from planner.costing import training_cost  # noqa: PLC0415
+        from planner.studies.costing import training_cost  # noqa: PLC0415
 
         c = training_cost(n_tokens, tokens_per_s, g.n_gpus, price or 0.0, max(g.goodput_fraction, 1e-300))
         d.update(n_tokens=n_tokens, tokens_per_s=tokens_per_s, compute_time_s=c.compute_time_s, wall_time_s=c.wall_time_s,

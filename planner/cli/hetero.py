@@ -1,6 +1,6 @@
 """``planner hetero CLUSTER.yaml``: pipeline stages placed on the GPU groups of a mixed cluster.
 
-The placement and layer split are one integer program (:mod:`planner.hetero`); the table
+The placement and layer split are one integer program (:mod:`planner.search.hetero`); the table
 compares each plan with the even split on the same placement.
 """
 
@@ -33,8 +33,8 @@ def hetero_cmd(
     """
     from planner.cli.common import DEFAULTS, fixed_from_flags  # noqa: PLC0415
     from planner.errors import InputError  # noqa: PLC0415
-    from planner.hetero import hetero_plan, load_hetero  # noqa: PLC0415
-    from planner.loaders import load_model  # noqa: PLC0415
+    from planner.search.hetero import hetero_plan, load_hetero  # noqa: PLC0415
+    from planner.io.loaders import load_model  # noqa: PLC0415
     from planner.specs import Job  # noqa: PLC0415
 
     if top < 1:

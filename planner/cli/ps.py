@@ -1,6 +1,6 @@
 """``planner ps``: parameter server vs synchronous AllReduce for embedding-heavy models.
 
-Thin edge over :mod:`planner.paramserver` (model) and :mod:`planner.paramserver_report`
+Thin edge over :mod:`planner.studies.paramserver` (model) and :mod:`planner.studies.paramserver_report`
 (recommendation, sweep, chart). Gb/s here are nominal NIC line rates (1e9 bit/s); the
 library works in bytes and seconds.
 """
@@ -50,8 +50,8 @@ def ps_command(
       planner ps --rows 10000000 --zipf 1.1 --workers 32 --servers 8 --replicas 1 --json
       planner ps --sweep --chart crossover.svg
     """
-    from planner.paramserver import PSCluster, evaluate, preset  # noqa: PLC0415 (numpy: load lazily)
-    from planner.paramserver_report import format_result, format_sweep, sweep, write_chart  # noqa: PLC0415
+    from planner.studies.paramserver import PSCluster, evaluate, preset  # noqa: PLC0415 (numpy: load lazily)
+    from planner.studies.paramserver_report import format_result, format_sweep, sweep, write_chart  # noqa: PLC0415
 
     m = preset(model)
     overrides = {k: v for k, v in dict(rows=rows, dim=dim, tables=tables, lookups=lookups, zipf=zipf,

@@ -18,7 +18,7 @@ SCHEMA_NAMES = ("plan", "estimate", "validate")
 def schema_text(name: str) -> str:
     """The shipped JSON Schema ``planner/schemas/<name>.json``."""
     if name not in SCHEMA_NAMES:
-        from planner.presets import suggest  # noqa: PLC0415
+        from planner.io.presets import suggest  # noqa: PLC0415
 
         hint = suggest(name, SCHEMA_NAMES)
         raise InputError("NAME", name, "plan, estimate or validate" + (f" ({hint})" if hint else ""))

@@ -1,11 +1,11 @@
 """``planner sweep``: time, cost and goodput against GPU count, with the Pareto set marked.
 
 For each power-of-two GPU count in ``--gpus LO..HI`` the best plan (``plan(top_k=1)``) gives
-the failure-free throughput; :mod:`planner.goodput` gives the goodput at that GPU count
-(Young/Daly checkpointing, the Llama 3 failure rate) and :mod:`planner.costing` the expected
+the failure-free throughput; :mod:`planner.studies.goodput` gives the goodput at that GPU count
+(Young/Daly checkpointing, the Llama 3 failure rate) and :mod:`planner.studies.costing` the expected
 wall-clock time, GPU-hours and cost to train ``--tokens`` (default 20 per parameter,
 Hoffmann et al. 2022). A row is Pareto-optimal when no other row is no worse in wall time,
-cost and GPU count and better in one (:func:`planner.costing.pareto_front`).
+cost and GPU count and better in one (:func:`planner.studies.costing.pareto_front`).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def parse_gpu_range(text: str) -> list[int]:
 
 def sweep_rows(setups, n_tokens: float | None, price: float | None, gp_kw: dict) -> list[dict]:
     """One row per (GPU count, Setup): best plan, goodput, wall time, GPU-hours, cost, Pareto flag."""
-    from planner.costing import PlanPoint, pareto_front, training_cost  # noqa: PLC0415
+    from planner.studies.costing import PlanPoint, pareto_front, training_cost  # noqa: PLC0415
     from planner.cost.flops import param_count  # noqa: PLC0415
     from planner.search.plan import plan  # noqa: PLC0415
     from planner.search.space import SearchOptions  # noqa: PLC0415

@@ -6,7 +6,7 @@ eta))`` (kernel_throughput.md sec. 5.1-5.5):
 * ``ceiling`` is the GPU's best achievable matmul fraction of the dense peak (MAMF).
 * ``shape_eff = d_min / (d_min + d_half)``: small GEMM dimensions leave the GPU partly idle
   (tile and wave quantisation, NVIDIA "Matrix Multiplication Background" guide). ``d_half``
-  grows with throughput per SM (planner.constants.GEMM_SHAPE_HALF_DIM_PER_TFLOPS_PER_SM).
+  grows with throughput per SM (planner.cost.constants.GEMM_SHAPE_HALF_DIM_PER_TFLOPS_PER_SM).
 * Memory-bound kernels (norms, activations, dropout, residual adds, softmax without flash
   attention, cross-entropy) move bytes at ``HBM_STREAM_EFFICIENCY`` of the HBM bandwidth.
 * Flash attention runs at a per-generation efficiency measured inside training
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from planner import constants as C
+from planner.cost import constants as C
 from planner.cost.flops import attn_core_head_dims, attn_proj_dims, mlp_matrices
 from planner.specs import GpuSpec, ModelSpec
 

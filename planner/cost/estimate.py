@@ -13,7 +13,7 @@ sec. 2.2.2.
 
 from __future__ import annotations
 
-from planner import constants as C
+from planner.cost import constants as C
 from planner.cost import memory as M
 from planner.cost.comm import GroupLinks, group_links
 from planner.cost.compute import supports_flash

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from planner import constants as C
+from planner.cost import constants as C
 from planner.cost.flops import attn_proj_dims, embedding_params, layer_params, mlp_matrices
 from planner.specs import ModelSpec
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from planner import constants as C
+from planner.cost import constants as C
 from planner.cost import memory as M
 from planner.cost.comm import alltoall_time, cp_ring_exposed, cp_ring_time, dp_collective_parts, group_links, moe_dispatch_bytes, p2p_time, tp_allreduce_time
 from planner.cost.compute import layer_times, logits_times, moe_load_factor

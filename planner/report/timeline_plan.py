@@ -2,7 +2,7 @@
 and from one plan entry to its simulated pipeline schedule.
 
 Specs are rebuilt from the document's ``model``/``job``/``hardware`` blocks
-(:func:`planner.loaders.model_from_dict`, :func:`planner.loaders.make_cluster`), the entry's
+(:func:`planner.io.loaders.model_from_dict`, :func:`planner.io.loaders.make_cluster`), the entry's
 ``parallel`` block and ``search.flash_attention``. The document does not carry every link
 parameter of a custom cluster file (latency, efficiency, oversubscription), so
 :class:`PlanContext` re-predicts the step and callers can compare it with the stored one.
@@ -31,7 +31,7 @@ from pathlib import Path
 from planner.cost.estimate import default_flash, dense_counts, estimate, even_split, layer_costs
 from planner.cost.result import Estimate
 from planner.errors import InputError
-from planner.loaders import make_cluster, model_from_dict, parallel_from_dict
+from planner.io.loaders import make_cluster, model_from_dict, parallel_from_dict
 from planner.report.schedule import Schedule, simulate_schedule
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig, job_options
 

@@ -18,7 +18,7 @@ each stage's quantities (collective times are affine in bytes for a fixed algori
    HiGHS or CBC, where highspy is missing); an even split is kept when it is as good.
 5. Rank by predicted step time; ties break on the configuration tuple (deterministic).
    With ``objective="goodput"`` the rank key is the goodput-adjusted time
-   step_time / goodput_fraction (:mod:`planner.goodput`: Young/Daly checkpointing for the
+   step_time / goodput_fraction (:mod:`planner.studies.goodput`: Young/Daly checkpointing for the
    plan's GPU count and model size), the expected wall-clock time per step with failures.
    Every candidate of one search uses the cluster's GPU count, so the factor is common and
    the order is that of step time; it matters when plans on different GPU counts are
@@ -37,7 +37,7 @@ from planner.cost.estimate import Estimate, check_precision, estimate
 from planner.cost.compute import supports_flash
 from planner.engines import resolve_flash
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
-from planner.constants import STEP_OVERHEAD_S
+from planner.cost.constants import STEP_OVERHEAD_S
 from planner.search.bounds import SPLIT_MIN_GAIN, p2p_per_stage, per_layer_time, split_may_help, states_bound_fn, step_lower_bound  # noqa: F401
 from planner.search import split as _split
 from planner.search.space import SearchOptions, candidate_tuples, to_parallel
@@ -82,7 +82,7 @@ class PlanResult:
     flash_attention: bool
     notes: list[str] = field(default_factory=list)
     objective: str = "time"
-    goodput: object = None  # planner.goodput.GoodputResult when objective == "goodput"
+    goodput: object = None  # planner.studies.goodput.GoodputResult when objective == "goodput"
 
     def objective_time_s(self, p: Plan) -> float:
         """The rank key: step time, or step time / goodput fraction."""
@@ -132,14 +132,14 @@ def plan(
     """The ``top_k`` fastest plans that fit, best first. Raises NoFeasiblePlan (with the nearest
     miss and what would make it fit) when none does, and SolverFailure (with the best plans found
     so far) when the search runs past ``time_limit_s`` (default :data:`TIME_LIMIT_S`)."""
-    from planner.validation_rules import check_fixed, explain_no_candidates  # noqa: PLC0415
+    from planner.io.schema import check_fixed, explain_no_candidates  # noqa: PLC0415
 
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise InputError("--top", top_k, "a positive integer")
     if objective not in OBJECTIVES:
         raise InputError("--objective", objective, "time or goodput")
     if objective == "goodput" and (goodput is None or getattr(goodput, "n_gpus", None) != cluster.num_gpus):
-        raise InputError("goodput", goodput, f"a planner.goodput.GoodputResult for {cluster.num_gpus} GPUs with objective='goodput'")
+        raise InputError("goodput", goodput, f"a planner.studies.goodput.GoodputResult for {cluster.num_gpus} GPUs with objective='goodput'")
     factor = 1.0 / goodput.goodput_fraction if objective == "goodput" and goodput.goodput_fraction > 0 else (math.inf if objective == "goodput" else 1.0)
     limit = TIME_LIMIT_S.get() if time_limit_s is None else time_limit_s
     if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not (0 < limit < math.inf):

@@ -31,7 +31,7 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from planner import constants as C
+from planner.cost import constants as C
 from planner.cost import memory as M
 from planner.cost.estimate import layer_costs, stage_memory, stage_sync, stage_time_parts
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig

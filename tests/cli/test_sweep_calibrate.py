@@ -13,7 +13,7 @@ import yaml
 from planner.cli.app import main
 from planner.cli.sweep import parse_gpu_range
 from planner.errors import InputError
-from planner.goodput import DEFAULT_GPU_FAILURE_RATE_PER_S
+from planner.studies.goodput import DEFAULT_GPU_FAILURE_RATE_PER_S
 
 
 def run(capsys, *args):
@@ -112,8 +112,8 @@ RUN_CONFIGS = [
 
 def _runs_file(path, truth):
     """A planner-runs/1 file whose measured step times are the cost model's at ``truth`` (+2 % noise)."""
-    from planner.calibrate_model import predict_step_time, prepare_runs
-    from planner.loaders import load_runs
+    from planner.calibration.profile import predict_step_time, prepare_runs
+    from planner.io.loaders import load_runs
 
     rows = []
     for i, (m, g, n, s, b, p) in enumerate(RUN_CONFIGS):

@@ -15,7 +15,7 @@ import pytest
 import planner.cli  # noqa: F401  (registers the commands)
 from planner import __version__
 from planner.cli.app import main
-from planner.presets import read_preset
+from planner.io.presets import read_preset
 
 REPO = Path(__file__).resolve().parents[2]
 HF_8B = REPO / "tests" / "fixtures" / "hf" / "llama-3.1-8b.json"
@@ -309,7 +309,7 @@ def test_hf_config_takes_its_name_from_the_file_or_folder(tmp_path):
     import json as _json
     from pathlib import Path
 
-    from planner.loaders import load_model
+    from planner.io.loaders import load_model
 
     src = next((Path(__file__).parents[1] / "fixtures" / "hf").glob("*.json"))
     data = _json.loads(src.read_text())

@@ -16,7 +16,7 @@ from planner.cost.collectives import (
 )
 from planner.cost.network import Topology
 from planner.errors import InputError
-from planner.loaders import gpu_from_dict, make_cluster
+from planner.io.loaders import gpu_from_dict, make_cluster
 
 GIB = 2**30
 # One level: B = 1 GB/s, alpha = 1 us; n = 8 MB; p = 8 (f = 7/8, log2 p = 3).

@@ -14,11 +14,11 @@ import math
 
 import pytest
 
-from planner import constants as C
+from planner.cost import constants as C
 from planner.cost import memory as M
 from planner.cost.estimate import estimate
 from planner.cost.flops import step_model_flops
-from planner.loaders import make_cluster
+from planner.io.loaders import make_cluster
 from planner.report.schedule import makespan_and_bubble, simulate_schedule
 from planner.specs import Job, ModelSpec, ParallelConfig
 

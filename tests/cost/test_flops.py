@@ -18,7 +18,7 @@ import math
 import pytest
 
 from planner.cost.flops import layer_flops, layer_params, logits_flops, param_count, step_model_flops
-from planner.loaders import load_model
+from planner.io.loaders import load_model
 from planner.specs import ModelSpec
 
 V_SC21 = 51200

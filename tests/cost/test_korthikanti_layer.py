@@ -7,7 +7,7 @@ not been fitted to these numbers; it must land within 15%."""
 import pytest
 
 from planner.cost.stages import layer_costs
-from planner.loaders import make_cluster
+from planner.io.loaders import make_cluster
 from planner.specs import Job, ModelSpec, ParallelConfig
 
 MODEL = ModelSpec("gpt-22b", 48, 6144, 64, 64, 24576, 51200)

@@ -24,11 +24,11 @@ import math
 
 import pytest
 
-from planner import constants as C
+from planner.cost import constants as C
 from planner.cost.estimate import estimate
 from planner.cost import memory as M
 from planner.cost.memory import activation_bytes_per_layer, bytes_per_param, inflight_microbatches
-from planner.loaders import make_cluster
+from planner.io.loaders import make_cluster
 from planner.specs import Job, ModelSpec, ParallelConfig
 
 

@@ -7,14 +7,14 @@ from dataclasses import replace
 
 import pytest
 
-from planner import constants as C
+from planner.cost import constants as C
 from planner.cost import memory as M
 from planner.cost.comm import cp_hiding_local_len, cp_ring_exposed, cp_ring_time, group_links, moe_dispatch_bytes
 from planner.cost.compute import attention_efficiency, fp8_quant_time, layer_times, moe_load_factor
 from planner.cost.estimate import check_parallel, estimate
 from planner.cost.flops import attn_core_head_dims, kv_exchange_width, layer_flops, step_model_flops
 from planner.errors import InputError
-from planner.loaders import load_gpu, load_model, make_cluster
+from planner.io.loaders import load_gpu, load_model, make_cluster
 from planner.search.space import SearchOptions, candidate_tuples
 from planner.specs import Job, MoESpec, ParallelConfig
 

@@ -7,7 +7,7 @@ import pytest
 from planner.cost.collectives import cluster_levels
 from planner.cost.network import Tier, Topology, tiers_from_list
 from planner.errors import InputError
-from planner.loaders import make_cluster
+from planner.io.loaders import make_cluster
 
 IB = {"kind": "infiniband", "gbps_per_nic": 400, "nics_per_node": 8}
 NIC_PER_GPU = 400e9 / 8 * 0.92  # 400 Gb/s NIC per GPU at the InfiniBand efficiency 0.92

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from planner import constants as C
+from planner.cost import constants as C
 from planner.cost import memory as M
 from planner.cost.comm import dp_collective_parts, group_links
 from planner.cost.estimate import estimate
 from planner.cost.stages import overlap_exposed, stage_sync
-from planner.loaders import make_cluster
+from planner.io.loaders import make_cluster
 from planner.specs import Job, ModelSpec, ParallelConfig
 
 MODEL = ModelSpec(name="gpt", layers=16, hidden=2048, heads=16, kv_heads=16, ffn_hidden=8192, vocab=51200, mlp="gelu",

@@ -2,7 +2,7 @@
 the slowest tier it crosses (issue 6, "cluster networks"), through plan and estimate."""
 
 import planner
-from planner.loaders import make_cluster
+from planner.io.loaders import make_cluster
 from planner.specs import Job
 
 INTER = {"kind": "infiniband", "gbps_per_nic": 400, "nics_per_node": 8}

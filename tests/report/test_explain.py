@@ -15,7 +15,7 @@ from rich.console import Console
 import planner.cli  # noqa: F401  (registers the commands)
 from planner.cli.app import main
 from planner.cost.estimate import estimate
-from planner.loaders import load_model, make_cluster
+from planner.io.loaders import load_model, make_cluster
 from planner.report.explain import changes, explain, neighbours, render_explanation, time_rows
 from planner.report.timeline_plan import plan_context, plan_schedule, stage_phases
 from planner.report.timeline_svg import render_svg, write_png

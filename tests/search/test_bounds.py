@@ -14,7 +14,7 @@ import pytest
 from planner.cost.compute import supports_flash
 from planner.cost.estimate import estimate
 from planner.engines import resolve_flash
-from planner.loaders import make_cluster
+from planner.io.loaders import make_cluster
 from planner.search import split_highs
 from planner.search.bounds import p2p_per_stage, per_layer_time, step_lower_bound
 from planner.search.plan import STEP_OVERHEAD_S

@@ -16,9 +16,9 @@ import math
 
 import pytest
 
-from planner import constants as C
+from planner.cost import constants as C
 from planner.cost.estimate import check_parallel, estimate
-from planner.loaders import load_gpu, load_model, make_cluster
+from planner.io.loaders import load_gpu, load_model, make_cluster
 from planner.search.plan import plan
 from planner.search.space import SearchOptions
 from planner.specs import Job, ModelSpec

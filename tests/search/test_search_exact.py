@@ -23,10 +23,10 @@ from functools import lru_cache
 
 import pytest
 
-from planner import constants as C
+from planner.cost import constants as C
 from planner.cost.estimate import default_flash, estimate, even_split
 from planner.errors import NoFeasiblePlan
-from planner.loaders import load_gpu, make_cluster
+from planner.io.loaders import load_gpu, make_cluster
 from planner.search.plan import SPLIT_MIN_GAIN, plan
 from planner.search.space import SearchOptions, candidates
 from planner.search.split import optimal_split, split_fits, split_objective, stage_affine

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from planner.loaders import load_runs
-from planner.validate import summary, validate_runs
+from planner.io.loaders import load_runs
+from planner.calibration.validate import summary, validate_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = ROOT.parent / "shared" / "validation" / "public_runs.json"

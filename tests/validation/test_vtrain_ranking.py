@@ -37,8 +37,8 @@ def _spearman(x: list[float], y: list[float]) -> float:
 
 @pytest.fixture(scope="module")
 def groups() -> dict:
-    from planner.loaders import load_runs  # noqa: PLC0415
-    from planner.validate import validate_runs  # noqa: PLC0415
+    from planner.io.loaders import load_runs  # noqa: PLC0415
+    from planner.calibration.validate import validate_runs  # noqa: PLC0415
 
     out = defaultdict(list)
     for r in validate_runs(load_runs(RUNS)):

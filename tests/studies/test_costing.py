@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.costing import PlanPoint, cost_plans, pareto_front, training_cost
+from planner.studies.costing import PlanPoint, cost_plans, pareto_front, training_cost
 from planner.errors import InputError
 
 

@@ -10,9 +10,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from planner.constants import LINK_DEFAULTS
+from planner.cost.constants import LINK_DEFAULTS
 from planner.errors import InputError
-from planner.paramserver import (
+from planner.studies.paramserver import (
     PRESETS,
     PSCluster,
     RecModel,
@@ -22,7 +22,7 @@ from planner.paramserver import (
     unique_rows,
     zipf_harmonic,
 )
-from planner.paramserver_report import crossover_rows, format_result, format_sweep, sweep, write_chart
+from planner.studies.paramserver_report import crossover_rows, format_result, format_sweep, sweep, write_chart
 
 ALPHA_S, EFF = LINK_DEFAULTS["ethernet"]
 BW = 100e9 / 8 * EFF  # 100 Gb/s NIC, usable bytes/s
@@ -230,6 +230,6 @@ def test_bad_input_raises(field, model, cluster):
 def test_cli_preset_names_match_the_presets():
     """planner.cli.ps lists the preset names without importing numpy; they must not drift."""
     import planner.cli.ps as ps_cli
-    from planner.paramserver import PRESETS
+    from planner.studies.paramserver import PRESETS
 
     assert sorted(PRESETS) == sorted(ps_cli._PRESET_NAMES)

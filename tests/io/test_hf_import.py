@@ -1,4 +1,4 @@
-"""planner.hf_import: Hugging Face config.json -> ModelSpec.
+"""planner.io.hf_import: Hugging Face config.json -> ModelSpec.
 
 Fixtures under tests/fixtures/hf/ copy the published config.json of these Hub repositories
 (only the fields a config.json holds; nothing else is stored):
@@ -29,10 +29,10 @@ from pathlib import Path
 import pytest
 
 from planner.errors import InputError
-from planner.hf_import import looks_like_hf_config, model_from_hf_config
-from planner.loaders import load_model
+from planner.io.hf_import import looks_like_hf_config, model_from_hf_config
+from planner.io.loaders import load_model
 
-FIX = Path(__file__).parent / "fixtures" / "hf"
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 
 
 def _load(name: str) -> dict:

@@ -254,7 +254,7 @@ def test_subprocess_no_traceback_and_debug_shows_one():
 def test_scenario_job_may_name_the_gradient_dtype(tmp_path):
     import json  # noqa: PLC0415
 
-    from planner.loaders import load_runs  # noqa: PLC0415
+    from planner.io.loaders import load_runs  # noqa: PLC0415
 
     model = {"layers": 4, "hidden": 1024, "heads": 8, "kv_heads": 8, "ffn_hidden": 4096, "vocab": 32000}
     run = {"id": "r", "model": model, "hardware": {"gpu": "h100-sxm5-80gb", "num_gpus": 8},

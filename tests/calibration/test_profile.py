@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner import constants as C
-from planner.calibrate import ProfileEntry
-from planner.calibrate_model import (
+from planner.cost import constants as C
+from planner.calibration.fit import ProfileEntry
+from planner.calibration.profile import (
     CalibrationRun,
     constants_override,
     fit_runs,
@@ -18,7 +18,7 @@ from planner.calibrate_model import (
 )
 from planner.cost.estimate import estimate
 from planner.errors import InputError
-from planner.loaders import load_model, make_cluster
+from planner.io.loaders import load_model, make_cluster
 from planner.specs import Job, ParallelConfig
 
 # ~10 varied configurations: models 125M-13B, A100/H100, 8-128 GPUs, tp/pp/dp, micro-batch,

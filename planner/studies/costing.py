@@ -2,7 +2,7 @@
 
 Cost accounting (no model beyond arithmetic): a job of ``n_gpus`` GPUs that processes
 ``tokens_per_s`` tokens per second when nothing fails needs ``n_tokens / tokens_per_s``
-seconds of compute; with goodput fraction g (:mod:`planner.goodput`) its expected
+seconds of compute; with goodput fraction g (:mod:`planner.studies.goodput`) its expected
 wall-clock time is that divided by g, and every GPU is billed for the whole wall-clock
 time (GPUs idle during checkpoint writes and restarts are still reserved):
 
@@ -32,7 +32,7 @@ __all__ = [
     "pareto_front",
 ]
 
-from planner.goodput import SECONDS_PER_HOUR  # noqa: E402  (one definition)
+from planner.studies.goodput import SECONDS_PER_HOUR  # noqa: E402  (one definition)
 
 
 def _number(name: str, value: object, *, positive: bool, upper: float | None = None) -> float:

@@ -1,11 +1,11 @@
-"""The bridge between the cost model's physical constants and :func:`planner.calibrate.fit_constants`.
+"""The bridge between the cost model's physical constants and :func:`planner.calibration.fit.fit_constants`.
 
 * :func:`constants_override` is a context manager that temporarily sets constants of
-  :mod:`planner.constants` and clears the cost model's ``lru_cache`` memos (per-layer times,
+  :mod:`planner.cost.constants` and clears the cost model's ``lru_cache`` memos (per-layer times,
   logits times, per-layer costs, collective times, group links), so that every prediction
   made inside it uses the new values and none made after it sees them.
 * :func:`fit_runs` fits 2-4 of those constants to the measured step times of the user's own
-  runs (schema ``planner-runs/1``) and returns a :class:`planner.calibrate.CalibrationResult`;
+  runs (schema ``planner-runs/1``) and returns a :class:`planner.calibration.fit.CalibrationResult`;
   :func:`identifiable` picks the constants the data can determine.
 * :func:`profile_overrides` turns a saved cluster profile into values for the override.
 
@@ -32,8 +32,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from planner import constants as C
-from planner.calibrate import CalibrationResult, ProfileEntry, fit_constants
+from planner.cost import constants as C
+from planner.calibration.fit import CalibrationResult, ProfileEntry, fit_constants
 from planner.errors import InputError
 from planner.specs import ClusterSpec, ParallelConfig
 
@@ -160,10 +160,10 @@ def predict_step_time(values: Mapping[str, float], run: CalibrationRun) -> float
 
 def prepare_runs(runs: Sequence[object]) -> list[CalibrationRun]:
     """Runs with a measured step time, their unknown parallel fields filled by the planner's
-    own search at the current constants (:func:`planner.validate.fill_and_predict`), then
+    own search at the current constants (:func:`planner.calibration.validate.fill_and_predict`), then
     held fixed during the fit (the fit moves constants, not configurations)."""
-    from planner.loaders import parallel_from_dict  # noqa: PLC0415
-    from planner.validate import fill_and_predict  # noqa: PLC0415
+    from planner.io.loaders import parallel_from_dict  # noqa: PLC0415
+    from planner.calibration.validate import fill_and_predict  # noqa: PLC0415
 
     out = []
     for r in runs:
@@ -242,10 +242,10 @@ def fit_runs(runs: Sequence[CalibrationRun], names: Sequence[str], init: Mapping
     start = start_values(runs, init)
     _check({k: start[k] for k in names})
     params = {k: (min(max(start[k], _BOUNDS[0]), _BOUNDS[1]), *_BOUNDS) for k in names}
-    # Constants not fitted stay as the runs and planner.constants have them.
+    # Constants not fitted stay as the runs and planner.cost.constants have them.
     return fit_constants(predict_step_time, list(runs), [r.measured_s for r in runs], params)
 
 
 def profile_overrides(entries: Mapping[str, ProfileEntry]) -> dict[str, float]:
-    """Constant values from a loaded cluster profile (:func:`planner.calibrate.load_profile`)."""
+    """Constant values from a loaded cluster profile (:func:`planner.calibration.fit.load_profile`)."""
     return _check({k: e.value for k, e in entries.items()})

@@ -1,4 +1,4 @@
-"""Recommendation, crossover sweep, text tables and chart for :mod:`planner.paramserver`.
+"""Recommendation, crossover sweep, text tables and chart for :mod:`planner.studies.paramserver`.
 
 The crossover compares layouts with the same consistency: synchronous AllReduce against
 synchronous parameter-server training (``ps-sync``), so that only the communication differs.
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from planner.errors import InputError
-from planner.paramserver import LAYOUTS, PSCluster, PSResult, RecModel, evaluate
+from planner.studies.paramserver import LAYOUTS, PSCluster, PSResult, RecModel, evaluate
 
 __all__ = [
     "PICK_TOLERANCE", "SWEEP_ROWS", "SWEEP_ZIPF", "Sweep", "recommend", "sync_ratio", "crossover_rows",

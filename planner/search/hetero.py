@@ -34,14 +34,14 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from planner import constants as C
+from planner.cost import constants as C
 from planner.cost import memory as M
 from planner.cost.comm import group_links
 from planner.cost.compute import supports_flash
 from planner.engines import default_generation, features, resolve_flash
 from planner.cost.estimate import check_parallel, even_split, layer_costs, stage_memory, stage_sync, stage_time_parts
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
-from planner.loaders import make_cluster, read_mapping
+from planner.io.loaders import make_cluster, read_mapping
 from planner.search.split import _quiet, _solver, dp_rows, stage_affine
 from planner.specs import ClusterSpec, GpuSpec, Job, ModelSpec, ParallelConfig
 
@@ -73,7 +73,7 @@ class HeteroCluster:
 
 def load_hetero(path: str | Path) -> HeteroCluster:
     """Read ``{name, groups: [{gpu, count[, gpus_per_node]}], network: {kind, gbps_per_nic, nics_per_node}}``."""
-    from planner.loaders import load_gpu  # noqa: PLC0415
+    from planner.io.loaders import load_gpu  # noqa: PLC0415
 
     d = read_mapping(path)
     groups = d.get("groups")

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from planner.errors import InputError
-from planner.goodput import (
+from planner.studies.goodput import (
     CHECKPOINT_BYTES_PER_PARAM,
     DEFAULT_GPU_FAILURE_RATE_PER_S,
     checkpoint_bytes,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import yaml
 
-from planner.calibrate import (
+from planner.calibration.fit import (
     CalibrationResult,
     ProfileEntry,
     fit_constants,

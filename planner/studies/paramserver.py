@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from planner.constants import LINK_DEFAULTS
+from planner.cost.constants import LINK_DEFAULTS
 from planner.cost.collectives import Level, collective
 from planner.errors import InputError
 
@@ -365,7 +365,7 @@ def evaluate(model: RecModel, cluster: PSCluster) -> PSResult:
         mk("ps-ssp", ssp_step, W * B, sa_b, dense_b, 2 * W * dense_b, f"bounded staleness s={c.staleness}"),
         mk("ps-async", a_step, W * B, sa_b, dense_b, 2 * W * dense_b, "no barrier; unbounded staleness"),
     )
-    from planner.paramserver_report import recommend  # noqa: PLC0415
+    from planner.studies.paramserver_report import recommend  # noqa: PLC0415
 
     res = PSResult(m, c, U, r, s_b1 / s_b if s_b > 0 else 1.0, hs, t_c, layouts, "", ())
     rec, reasons = recommend(res)

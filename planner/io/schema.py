@@ -3,7 +3,7 @@
 Two jobs, both ending in :class:`planner.errors.InputError` (field, value, expected):
 
 * :func:`check_mapping` checks one mapping read from a file (model, GPU, cluster, runs file)
-  against a small hand-written schema before :mod:`planner.loaders` converts units: unknown
+  against a small hand-written schema before :mod:`planner.io.loaders` converts units: unknown
   keys, missing keys, wrong types, zero / negative / NaN / absurd values.
 * :func:`explain_no_candidates` is called by the search when the candidate space is empty and
   names the first engine rule that empties it (a fixed ``tp`` that does not divide the heads,

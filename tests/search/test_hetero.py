@@ -7,8 +7,8 @@ import pytest
 from planner.cli.app import main
 from planner.cost.estimate import estimate
 from planner.errors import InputError
-from planner.hetero import GpuGroup, HeteroCluster, hetero_evaluate, hetero_place, hetero_plan, load_hetero
-from planner.loaders import load_gpu, load_model
+from planner.search.hetero import GpuGroup, HeteroCluster, hetero_evaluate, hetero_place, hetero_plan, load_hetero
+from planner.io.loaders import load_gpu, load_model
 from planner.specs import Job, ParallelConfig
 
 A100, H100 = load_gpu("a100-sxm4-80gb"), load_gpu("h100-sxm5-80gb")

@@ -13,10 +13,10 @@ from typing import Any
 
 import yaml
 
-from planner.constants import LINK_DEFAULTS
+from planner.cost.constants import LINK_DEFAULTS
 from planner.errors import InputError
-from planner.presets import read_preset
-from planner import validation_rules as V
+from planner.io.presets import read_preset
+from planner.io import schema as V
 from planner.specs import (
     ClusterSpec,
     GpuSpec,
@@ -162,7 +162,7 @@ def load_model(name_or_path: str) -> ModelSpec:
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml", ".json") or p.is_file():
         data = read_mapping(p)
-        from planner import hf_import  # noqa: PLC0415 (lazy: only for HF configs)
+        from planner.io import hf_import  # noqa: PLC0415 (lazy: only for HF configs)
 
         if hf_import.looks_like_hf_config(data):
             # <repo>/config.json is named after its folder; any other file after itself, unless

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from planner.loaders import load_cluster, load_gpu, load_model, make_cluster
-from planner.presets import preset_dir, preset_ids, read_preset
+from planner.io.loaders import load_cluster, load_gpu, load_model, make_cluster
+from planner.io.presets import preset_dir, preset_ids, read_preset
 from planner.specs import INTER_KINDS, INTRA_KINDS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 VALIDATION = REPO.parent / "shared" / "validation"
 
 REQUIRED_GPUS = {

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from planner.cost.estimate import Estimate, estimate
 from planner.errors import NoFeasiblePlan
-from planner.loaders import Run
+from planner.io.loaders import Run
 from planner.search.plan import plan
 from planner.search.space import SearchOptions
 from planner.specs import ParallelConfig

@@ -17,7 +17,7 @@ from planner.errors import InputError
 
 __all__ = ["preset_dir", "preset_ids", "read_preset", "suggest"]
 
-_PKG = Path(__file__).resolve().parent
+_PKG = Path(__file__).resolve().parents[1]  # the planner package
 _REPO = _PKG.parent
 
 
