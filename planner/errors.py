@@ -7,7 +7,9 @@ and exit code 2 (see README, "Exit codes").
 
 from __future__ import annotations
 
-__all__ = ["InputError", "NoFeasiblePlan", "SolverFailure"]
+__all__ = ["InputError", "NoFeasiblePlan", "SolverFailure", "suggest"]
+
+import difflib
 
 
 class InputError(ValueError):
@@ -35,3 +37,12 @@ class SolverFailure(RuntimeError):
     def __init__(self, message: str, best: object | None = None):
         self.best = best
         super().__init__(message)
+
+
+def suggest(name: str, choices) -> str:
+    """'did you mean a, b?' for the closest of ``choices`` (by spelling, then by substring), or ''."""
+    choices = [str(c) for c in choices]
+    close = difflib.get_close_matches(name.lower(), choices, n=3, cutoff=0.4)
+    if not close:
+        close = [c for c in choices if name.lower() in c][:3]
+    return ("did you mean " + ", ".join(close) + "?") if close else ""

@@ -27,13 +27,17 @@ __all__ = [
     "PRECISIONS",
     "RECOMPUTE_KINDS",
     "SCHEDULES",
+    "ATTENTION_KINDS",
+    "ENGINE_FIELDS",
+    "Tier",
 ]
 
 MLP_KINDS = ("gelu", "swiglu", "relu2")
 PRECISIONS = ("fp16", "bf16", "fp8")
 GRAD_REDUCE = ("auto", "fp32", "bf16")
 RECOMPUTE_KINDS = ("none", "selective", "full")
-SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb")
+SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "zb-v", "dualpipe")
+ATTENTION_KINDS = ("flash", "unfused")
 INTRA_KINDS = ("nvswitch", "nvlink", "pcie", "xgmi")
 INTER_KINDS = ("infiniband", "roce", "ethernet", "omnipath", "none")
 
@@ -133,7 +137,13 @@ class ModelSpec:
 
     @property
     def moe_layers(self) -> int:
+        """MoE layers: all but the first ``moe.dense_layers`` (DeepSeek-V3's layout)."""
         return 0 if self.moe is None else self.layers - self.moe.dense_layers
+
+    @property
+    def dense_layers(self) -> int:
+        """Layers with a dense MLP: the first ones (all of them in a dense model)."""
+        return self.layers - self.moe_layers
 
 
 @dataclass(frozen=True)
@@ -228,6 +238,25 @@ class InterNodeNetwork:
 
 
 @dataclass(frozen=True)
+class Tier:
+    """One switch tier of the scale-out network: ``nodes`` under one switch (None = all), and
+    its downlink:uplink ratio (planner.cost.network has the model)."""
+
+    name: str
+    nodes: int | None
+    oversubscription: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise InputError("inter_node.tiers[].name", self.name, "a non-empty string")
+        if self.nodes is not None and (isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or self.nodes < 1):
+            raise InputError(f"inter_node.tiers[{self.name}].nodes", self.nodes, "a positive integer or omitted")
+        o = self.oversubscription
+        if isinstance(o, bool) or not isinstance(o, (int, float)) or not math.isfinite(o) or o < 1:
+            raise InputError(f"inter_node.tiers[{self.name}].oversubscription", o, "a ratio >= 1")
+
+
+@dataclass(frozen=True)
 class ClusterSpec:
     name: str
     gpu: GpuSpec
@@ -235,9 +264,9 @@ class ClusterSpec:
     gpus_per_node: int
     intra: IntraNodeLink
     inter: InterNodeNetwork
-    # Switch tiers above the nodes (planner.cost.network.Tier), bottom up; empty = one flat
+    # Switch tiers above the nodes (Tier), bottom up; empty = one flat
     # tier carrying inter.oversubscription.
-    tiers: tuple = ()
+    tiers: tuple[Tier, ...] = ()
 
     def __post_init__(self) -> None:
         _positive_int("hardware.num_gpus", self.num_gpus)
@@ -299,44 +328,78 @@ def job_options(block: dict) -> dict:
 class ParallelConfig:
     """One parallel configuration, in Megatron-LM's vocabulary.
 
-    ``zero``: 0 none, 1 optimizer states sharded over data parallel (Megatron's
-    distributed optimizer), 2 adds gradients, 3 adds parameters (ZeRO-3 / FSDP).
+    Degrees: ``tp``, ``pp``, ``cp``, ``ep`` (default 1) and ``dp`` (``None``: the rest of the
+    GPUs, ``num_gpus / (tp pp cp)``). ``zero``: 0 none, 1 optimizer states sharded over data
+    parallel (Megatron's distributed optimizer), 2 adds gradients, 3 adds parameters (ZeRO-3 /
+    FSDP); how each stage communicates is the engine's (:mod:`planner.engines`).
     ``vpp``: virtual pipeline stages per rank (interleaved 1F1B when > 1).
     ``layers_per_stage``: explicit split of transformer layers over pipeline stages.
+
+    Every field left ``None`` is the engine's default (:func:`planner.engines.resolve`): the
+    setting the planner's launch files for that engine use. :func:`planner.estimate` resolves
+    them and reports which it filled (``Estimate.resolved``); a resolved configuration has no
+    ``None`` left (``is_resolved``).
+
+    >>> ParallelConfig(tp=8, pp=4, dp=2).vpp is None
+    True
+    >>> ParallelConfig(tp=8, pp=4, dp=2, vpp=2).schedule
+    'interleaved'
     """
 
     tp: int = 1
     pp: int = 1
-    dp: int = 1
+    dp: int | None = None
     cp: int = 1
     ep: int = 1
-    vpp: int = 1
+    vpp: int | None = None
     micro_batch_size: int = 1
-    recompute: str = "none"
-    sequence_parallel: bool = False
-    zero: int = 0
+    recompute: str | None = None
+    sequence_parallel: bool | None = None
+    zero: int | None = None
     layers_per_stage: tuple[int, ...] | None = None
-    schedule: str = "1f1b"
+    schedule: str | None = None
     zero_shard_degree: int | None = None
-    overlap_grad_reduce: bool = True  # bucketed gradient reduction overlapped with backward
-    tp_comm_overlap: bool = False  # TP all-gather/reduce-scatter pipelined with GEMMs (needs SP)
-    async_tp_allreduce: bool = True  # backward TP all-reduce overlapped with the weight-gradient GEMM
-    overlap_param_gather: bool = False  # ZeRO 1/2 weight all-gather overlapped with the next forward
+    overlap_grad_reduce: bool | None = None  # bucketed gradient reduction overlapped with backward
+    tp_comm_overlap: bool | None = None  # TP all-gather/reduce-scatter pipelined with GEMMs (needs SP)
+    async_tp_allreduce: bool | None = None  # backward TP all-reduce overlapped with the weight-gradient GEMM
+    overlap_param_gather: bool | None = None  # ZeRO 1/2 weight all-gather overlapped with the next forward
+    attention: str | None = None  # flash | unfused
 
     def __post_init__(self) -> None:
-        for f in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size"):
+        for f in ("tp", "pp", "cp", "ep", "micro_batch_size"):
             _positive_int(f"parallel.{f}", getattr(self, f))
-        _choice("parallel.recompute", self.recompute, RECOMPUTE_KINDS)
-        _choice("parallel.schedule", self.schedule, SCHEDULES)
-        if self.zero not in (0, 1, 2, 3):
+        for f in ("dp", "vpp", "zero_shard_degree"):
+            if getattr(self, f) is not None:
+                _positive_int(f"parallel.{f}", getattr(self, f))
+        if self.recompute is not None:
+            _choice("parallel.recompute", self.recompute, RECOMPUTE_KINDS)
+        if self.schedule is not None:
+            _choice("parallel.schedule", self.schedule, SCHEDULES)
+        if self.attention is not None:
+            _choice("parallel.attention", self.attention, ATTENTION_KINDS)
+        if self.zero is not None and (isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3)):
             raise InputError("parallel.zero", self.zero, "0, 1, 2 or 3")
+        for f in ("sequence_parallel", "overlap_grad_reduce", "tp_comm_overlap", "async_tp_allreduce", "overlap_param_gather"):
+            v = getattr(self, f)
+            if v is not None and not isinstance(v, bool):
+                raise InputError(f"parallel.{f}", v, "true, false or null")
         if self.layers_per_stage is not None:
             lps = tuple(self.layers_per_stage)
-            if len(lps) != self.pp or any((not isinstance(n, int)) or n < 0 for n in lps):
+            if len(lps) != self.pp or any(isinstance(n, bool) or (not isinstance(n, int)) or n < 0 for n in lps):
                 raise InputError("parallel.layers_per_stage", list(lps), f"{self.pp} non-negative integers (one per stage)")
             object.__setattr__(self, "layers_per_stage", lps)
-        if self.vpp > 1 and self.schedule == "1f1b":
+        if self.vpp is not None and self.vpp > 1 and self.schedule in (None, "1f1b"):
             object.__setattr__(self, "schedule", "interleaved")
+
+    @property
+    def is_resolved(self) -> bool:
+        """No field is left to the engine (``layers_per_stage``/``zero_shard_degree`` may stay None)."""
+        return all(getattr(self, f) is not None for f in ENGINE_FIELDS + ("dp",))
+
+    def _dp(self) -> int:
+        if self.dp is None:
+            raise InputError("parallel.dp", None, "a data-parallel degree (resolve the configuration first: planner.engines.resolve)")
+        return self.dp
 
     @property
     def model_parallel(self) -> int:
@@ -344,10 +407,13 @@ class ParallelConfig:
 
     @property
     def world(self) -> int:
-        return self.tp * self.pp * self.dp * self.cp
+        return self.tp * self.pp * self._dp() * self.cp
 
     def num_microbatches(self, global_batch_size: int) -> int:
-        return max(1, global_batch_size // (self.micro_batch_size * self.dp))
+        return max(1, global_batch_size // (self.micro_batch_size * self._dp()))
+
+    def replace(self, **changes) -> "ParallelConfig":
+        return replace(self, **changes)
 
     def as_dict(self) -> dict:
         return {
@@ -356,5 +422,21 @@ class ParallelConfig:
             "recompute": self.recompute, "sequence_parallel": self.sequence_parallel,
             "zero": self.zero, "schedule": self.schedule, "tp_comm_overlap": self.tp_comm_overlap, "async_tp_allreduce": self.async_tp_allreduce,
             "overlap_grad_reduce": self.overlap_grad_reduce, "overlap_param_gather": self.overlap_param_gather,
+            "attention": self.attention,
             "layers_per_stage": list(self.layers_per_stage) if self.layers_per_stage else None,
+            "zero_shard_degree": self.zero_shard_degree,
         }
+
+    def short(self) -> str:
+        """One line: ``tp8 pp4 dp2 cp1 vpp2 mb1 selective z1``."""
+        return (f"tp{self.tp} pp{self.pp} dp{self.dp} cp{self.cp}" + (f" ep{self.ep}" if self.ep > 1 else "")
+                + f" vpp{self.vpp} mb{self.micro_batch_size} {self.recompute} z{self.zero}")
+
+    def __repr__(self) -> str:
+        set_fields = ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items() if v is not None and not (k in ("cp", "ep") and v == 1))
+        return f"ParallelConfig({set_fields})"
+
+
+# Fields whose None means "the engine's default" (planner.engines.resolve).
+ENGINE_FIELDS = ("vpp", "recompute", "sequence_parallel", "zero", "schedule", "overlap_grad_reduce", "tp_comm_overlap",
+                 "async_tp_allreduce", "overlap_param_gather", "attention")

@@ -1,22 +1,22 @@
 """The bridge between the cost model's physical constants and :func:`planner.calibration.fit.fit_constants`.
 
-* :func:`constants_override` is a context manager that temporarily sets constants of
-  :mod:`planner.cost.constants` and clears the cost model's ``lru_cache`` memos (per-layer times,
-  logits times, per-layer costs, collective times, group links), so that every prediction
-  made inside it uses the new values and none made after it sees them.
-* :func:`fit_runs` fits 2-4 of those constants to the measured step times of the user's own
-  runs (schema ``planner-runs/1``) and returns a :class:`planner.calibration.fit.CalibrationResult`;
+Constants are values (:class:`planner.cost.constants.Constants`); nothing here edits module
+state. A set of fitted values becomes a :class:`Calibration`: the ``Constants`` it implies and
+the scale-out link efficiency, which belongs to the cluster (:func:`Calibration.cluster`).
+
+* :func:`fit_runs` fits 2-4 constants to the measured step times of the user's own runs
+  (schema ``planner-runs/1``) and returns a :class:`planner.calibration.fit.CalibrationResult`;
   :func:`identifiable` picks the constants the data can determine.
-* :func:`profile_overrides` turns a saved cluster profile into values for the override.
+* :func:`calibration_from_profile` turns a saved cluster profile into a :class:`Calibration`,
+  which ``plan --profile``, ``sweep`` and ``goodput`` pass down to the search.
 
 The fittable constants (:data:`FITTABLE`), each a dimensionless efficiency:
 
 ``TRAINING_KERNEL_EFFICIENCY``       sustained / short-burst GEMM throughput (constants.py)
 ``HBM_STREAM_EFFICIENCY``            achieved / spec HBM bandwidth of streaming kernels
 ``COMM_COMPUTE_OVERLAP_EFFICIENCY``  hidden fraction of overlapped communication
-``INTER_NODE_EFFICIENCY``            usable / line rate of the scale-out network: the second
-                                     element of ``LINK_DEFAULTS[kind]`` for every inter-node
-                                     kind, and the ``efficiency`` of clusters passed in
+``INTER_NODE_EFFICIENCY``            usable / line rate of the scale-out network
+                                     (``InterNodeNetwork.efficiency`` of the cluster)
 
 A step-time measurement says nothing about a constant whose term is absent from the run
 (e.g. the inter-node efficiency of single-node runs); :func:`identifiable` measures that
@@ -26,28 +26,25 @@ with the log-sensitivities d log t / d log c of the runs and drops the blind one
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from planner.cost import constants as C
 from planner.calibration.fit import CalibrationResult, ProfileEntry, fit_constants
+from planner.cost.constants import DEFAULT_CONSTANTS, FITTABLE, Constants
 from planner.errors import InputError
 from planner.specs import ClusterSpec, ParallelConfig
 
 __all__ = [
     "FITTABLE",
-    "INTER_NODE_KINDS",
     "DEFAULT_FIT",
     "MIN_SENSITIVITY",
     "NOISE_REL",
     "MAX_REL_SIGMA",
+    "Calibration",
     "CalibrationRun",
-    "constants_override",
     "current_values",
-    "clear_cost_caches",
     "apply_to_cluster",
     "predict_step_time",
     "prepare_runs",
@@ -55,11 +52,9 @@ __all__ = [
     "sensitivities",
     "identifiable",
     "fit_runs",
-    "profile_overrides",
+    "calibration_from_profile",
 ]
 
-FITTABLE = ("TRAINING_KERNEL_EFFICIENCY", "HBM_STREAM_EFFICIENCY", "COMM_COMPUTE_OVERLAP_EFFICIENCY", "INTER_NODE_EFFICIENCY")
-INTER_NODE_KINDS = ("infiniband", "roce", "ethernet", "omnipath", "none")
 DEFAULT_FIT = FITTABLE
 # Bounds of the fit: every constant is a fraction of a peak. The lower bound 0.05 keeps the
 # model finite; nothing measured in constants.py comes near it.
@@ -68,28 +63,21 @@ _BOUNDS = (0.05, 1.0)
 # at the ~2 % run-to-run noise of measured step times (NOISE_REL): with S the matrix of
 # log-sensitivities d log t / d log c of the chosen constants, the linearised relative
 # standard uncertainties are NOISE_REL * sqrt(diag((S^T S)^-1)) (the Gauss-Newton covariance
-# of calibrate.fit_constants, in log units). A constant no run moves by MIN_SENSITIVITY per
+# of fit.fit_constants, in log units). A constant no run moves by MIN_SENSITIVITY per
 # unit log-change is dropped first.
 NOISE_REL = 0.02
 MAX_REL_SIGMA = 0.10
 MIN_SENSITIVITY = 0.02
 
 
-def current_values() -> dict[str, float]:
-    """The values the cost model uses now, for every name in :data:`FITTABLE`."""
-    vals = {k: float(getattr(C, k)) for k in FITTABLE if k != "INTER_NODE_EFFICIENCY"}
-    vals["INTER_NODE_EFFICIENCY"] = float(C.LINK_DEFAULTS["infiniband"][1])
+def current_values(constants: Constants = DEFAULT_CONSTANTS, inter_node_efficiency: float | None = None) -> dict[str, float]:
+    """The values of every name in :data:`FITTABLE` (the inter-node efficiency: the given one,
+    else the InfiniBand default of planner.cost.constants.LINK_DEFAULTS)."""
+    from planner.cost.constants import LINK_DEFAULTS  # noqa: PLC0415
+
+    vals = {k: float(getattr(constants, k)) for k in FITTABLE if k != "INTER_NODE_EFFICIENCY"}
+    vals["INTER_NODE_EFFICIENCY"] = float(LINK_DEFAULTS["infiniband"][1] if inter_node_efficiency is None else inter_node_efficiency)
     return vals
-
-
-def clear_cost_caches() -> None:
-    """Clear the memos that hold results computed with the old constants."""
-    from planner.cost import collectives, comm, compute, estimate, memory, stages  # noqa: PLC0415
-
-    for mod in (compute, estimate, stages, comm, memory, collectives):
-        for obj in list(vars(mod).values()):
-            if callable(getattr(obj, "cache_clear", None)) and getattr(obj, "__module__", "") == mod.__name__:
-                obj.cache_clear()
 
 
 def _check(values: Mapping[str, float]) -> dict[str, float]:
@@ -103,38 +91,35 @@ def _check(values: Mapping[str, float]) -> dict[str, float]:
     return out
 
 
-@contextmanager
-def constants_override(values: Mapping[str, float]) -> Iterator[None]:
-    """Set constants for the duration of the block; restore them (and clear caches) after.
+@dataclass(frozen=True)
+class Calibration:
+    """Fitted values as what the cost model takes: ``constants`` (passed to estimate/plan) and
+    the scale-out efficiency (``inter_node_efficiency``, applied to a cluster by :meth:`cluster`).
 
-    ``INTER_NODE_EFFICIENCY`` rewrites the efficiency of every inter-node kind in
-    ``LINK_DEFAULTS``, which clusters built inside the block (presets, flags) pick up; a
-    ClusterSpec built before needs :func:`apply_to_cluster`.
+    >>> cal = Calibration.from_values({"TRAINING_KERNEL_EFFICIENCY": 0.7})
+    >>> cal.constants.TRAINING_KERNEL_EFFICIENCY, cal.inter_node_efficiency is None
+    (0.7, True)
     """
-    vals = _check(values)
-    saved = {k: getattr(C, k) for k in vals if k != "INTER_NODE_EFFICIENCY"}
-    saved_links = {k: C.LINK_DEFAULTS[k] for k in INTER_NODE_KINDS}
-    try:
-        for k, v in vals.items():
-            if k == "INTER_NODE_EFFICIENCY":
-                for kind in INTER_NODE_KINDS:
-                    C.LINK_DEFAULTS[kind] = (C.LINK_DEFAULTS[kind][0], v)  # in place: loaders holds the dict
-            else:
-                setattr(C, k, v)
-        clear_cost_caches()
-        yield
-    finally:
-        for k, v in saved.items():
-            setattr(C, k, v)
-        C.LINK_DEFAULTS.update(saved_links)
-        clear_cost_caches()
+
+    constants: Constants = DEFAULT_CONSTANTS
+    inter_node_efficiency: float | None = None
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, float], base: Constants = DEFAULT_CONSTANTS) -> "Calibration":
+        vals = _check(values)
+        inter = vals.pop("INTER_NODE_EFFICIENCY", None)
+        return cls(base.replace(**vals) if vals else base, inter)
+
+    def cluster(self, cluster: ClusterSpec) -> ClusterSpec:
+        """The cluster with the calibrated scale-out efficiency (if any)."""
+        if self.inter_node_efficiency is None:
+            return cluster
+        return replace(cluster, inter=replace(cluster.inter, efficiency=float(self.inter_node_efficiency)))
 
 
 def apply_to_cluster(cluster: ClusterSpec, values: Mapping[str, float]) -> ClusterSpec:
     """The cluster with ``INTER_NODE_EFFICIENCY`` (if given) as its network efficiency."""
-    if "INTER_NODE_EFFICIENCY" not in values:
-        return cluster
-    return replace(cluster, inter=replace(cluster.inter, efficiency=float(values["INTER_NODE_EFFICIENCY"])))
+    return Calibration.from_values({k: v for k, v in values.items() if k == "INTER_NODE_EFFICIENCY"}).cluster(cluster)
 
 
 @dataclass(frozen=True)
@@ -148,22 +133,26 @@ class CalibrationRun:
     parallel: ParallelConfig
     measured_s: float
     filled: tuple[str, ...] = ()
+    engine: str | None = None  # None: the default engine
 
 
 def predict_step_time(values: Mapping[str, float], run: CalibrationRun) -> float:
-    """Predicted step time of ``run`` with the constants in ``values``."""
+    """Predicted step time of ``run`` with the constants in ``values`` (the others at their defaults)."""
     from planner.cost.estimate import estimate  # noqa: PLC0415
 
-    with constants_override(values):
-        return estimate(run.model, apply_to_cluster(run.cluster, values), run.job, run.parallel, validate=False).step_time_s
+    cal = Calibration.from_values(values)
+    return estimate(run.model, cal.cluster(run.cluster), run.job, run.parallel, run.engine, cal.constants, validate=False).step_time_s
 
 
-def prepare_runs(runs: Sequence[object]) -> list[CalibrationRun]:
+def prepare_runs(runs: Sequence[object], engine: str | None = None) -> list[CalibrationRun]:
     """Runs with a measured step time, their unknown parallel fields filled by the planner's
-    own search at the current constants (:func:`planner.calibration.validate.fill_and_predict`), then
-    held fixed during the fit (the fit moves constants, not configurations)."""
-    from planner.io.loaders import parallel_from_dict  # noqa: PLC0415
+    own search at the default constants (:func:`planner.calibration.validate.fill_and_predict`),
+    then held fixed during the fit (the fit moves constants, not configurations). ``engine``:
+    the engine the runs were measured on (None: each run's by :func:`planner.calibration.datasets.run_engine`)."""
+    from planner.calibration.datasets import run_engine  # noqa: PLC0415
     from planner.calibration.validate import fill_and_predict  # noqa: PLC0415
+    from planner.io.loaders import parallel_from_dict  # noqa: PLC0415
+    from planner.search.space import SearchOptions  # noqa: PLC0415
 
     out = []
     for r in runs:
@@ -172,16 +161,17 @@ def prepare_runs(runs: Sequence[object]) -> list[CalibrationRun]:
             continue
         if isinstance(meas, bool) or not isinstance(meas, (int, float)) or not math.isfinite(meas) or meas <= 0:
             raise InputError(f"runs[{r.id}].measured.step_time_s", meas, "a positive number of seconds")
+        eng = engine or run_engine(r.id)[0]
         par_raw = r.parallel or {}
         known = {k for k, v in par_raw.items() if v is not None}
-        needed = {"tp", "pp", "dp", "micro_batch_size", "recompute", "sequence_parallel", "zero"}
+        needed = {"tp", "pp", "dp", "micro_batch_size", "recompute", "zero"}
         if needed <= known:
             par = parallel_from_dict({k: v for k, v in par_raw.items() if k != "num_microbatches"})
             filled: tuple[str, ...] = ()
         else:
-            res = fill_and_predict(r)
+            res = fill_and_predict(r, SearchOptions(engine=eng), median=False)
             par, filled = res.parallel, tuple(res.filled)
-        out.append(CalibrationRun(r.id, r.model, r.cluster, r.job, par, float(meas), filled))
+        out.append(CalibrationRun(r.id, r.model, r.cluster, r.job, par, float(meas), filled, eng))
     return out
 
 
@@ -246,6 +236,6 @@ def fit_runs(runs: Sequence[CalibrationRun], names: Sequence[str], init: Mapping
     return fit_constants(predict_step_time, list(runs), [r.measured_s for r in runs], params)
 
 
-def profile_overrides(entries: Mapping[str, ProfileEntry]) -> dict[str, float]:
-    """Constant values from a loaded cluster profile (:func:`planner.calibration.fit.load_profile`)."""
-    return _check({k: e.value for k, e in entries.items()})
+def calibration_from_profile(entries: Mapping[str, ProfileEntry]) -> Calibration:
+    """The :class:`Calibration` of a loaded cluster profile (:func:`planner.calibration.fit.load_profile`)."""
+    return Calibration.from_values({k: e.value for k, e in entries.items()})

@@ -26,6 +26,7 @@ def calibrate_cmd(
     out: Annotated[str, typer.Option("--out", "-o", help="Cluster profile YAML to write.")],
     force: Annotated[bool, typer.Option("--force", help="Overwrite --out if it exists.")] = False,
     fit: Annotated[Optional[str], typer.Option("--fit", help="Comma-separated constants to try (default: all four; those the runs cannot identify are dropped).")] = None,
+    engine: Annotated[Optional[str], typer.Option("--engine", "-e", help="The engine the runs were measured on (default: megatron-core, or each published run's).")] = None,
     json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON.")] = False,
 ) -> None:
     """Fit 2-4 efficiency constants to your measured step times and save a cluster profile.
@@ -46,7 +47,7 @@ def calibrate_cmd(
     for n in names:
         if n not in FITTABLE:
             raise InputError("--fit", n, "one of " + ", ".join(FITTABLE))
-    runs = prepare_runs(load_runs(runs_file))
+    runs = prepare_runs(load_runs(runs_file), engine)
     if len(runs) < 3:
         raise InputError(runs_file, f"{len(runs)} runs with measured.step_time_s", "at least 3 measured runs")
     chosen, strength = identifiable(runs, names)

@@ -64,18 +64,14 @@ def sweep_sizes(lo: int, hi: int) -> list[int]:
 
 
 def _topology(gpu, gpus, gpus_per_node, nic_gbps, nics_per_node, cluster) -> Topology:
-    from planner.io.loaders import load_cluster, make_cluster, read_mapping  # noqa: PLC0415
-    from planner.io.presets import read_preset  # noqa: PLC0415
+    from planner.io.loaders import load_cluster, make_cluster  # noqa: PLC0415
 
     if gpus < 1:
         raise InputError("--gpus", gpus, "a positive integer")
     if cluster is not None:
         if nic_gbps is not None or nics_per_node is not None:
             raise InputError("--cluster", cluster, "either --cluster or --nic-gbps/--nics-per-node, not both")
-        spec = load_cluster(cluster, num_gpus=gpus)
-        p = Path(cluster)
-        raw = read_mapping(p) if p.suffix in (".yaml", ".yml", ".json") or p.is_file() else read_preset("clusters", cluster)
-        return Topology.from_cluster(spec, (raw.get("inter_node") or {}).get("tiers"))
+        return Topology.from_cluster(load_cluster(cluster, num_gpus=gpus))  # its inter_node.tiers, if any
     if gpu is None:
         raise InputError("--gpu", None, "a GPU preset id (or --cluster)")
     if nics_per_node is not None and nic_gbps is None:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from planner import __version__
 from planner.errors import InputError
 from planner.io.loaders import load_cluster, load_model, make_cluster, read_mapping, run_from_dict
+from planner.calibration.profile import Calibration
+from planner.engines import DEFAULT_ENGINE, get_engine
+from planner.search.space import SearchOptions
 from planner.specs import ClusterSpec, Job, ModelSpec
 
 __all__ = ["Setup", "setup_from_cli", "setup_from_flags", "setup_from_scenario", "fixed_from_flags", "plan_document", "emit_json", "DEFAULTS"]
@@ -20,14 +23,40 @@ DEFAULTS = {"model": "llama3.1-70b", "gpu": "h100-sxm5-80gb", "gpus": 64, "seq_l
 
 @dataclass
 class Setup:
+    """What every pricing command needs: specs, the fixed fields, the engine and the calibration."""
+
     model: ModelSpec
     cluster: ClusterSpec
     job: Job
     fixed: dict
     model_id: str
     gpu_id: str
-    flash: bool | None = None
-    generation: str | None = None  # legacy | modern (planner.engines); None: from the precision
+    engine: str = DEFAULT_ENGINE
+    calibration: Calibration = field(default_factory=Calibration)
+
+    @property
+    def constants(self):
+        return self.calibration.constants
+
+    def options(self, **kw) -> SearchOptions:
+        """The search options of this setup (its fixed fields and engine)."""
+        return SearchOptions(fixed=self.fixed, engine=self.engine, **kw)
+
+    def best(self, **kw):
+        """The best plan of this setup (``planner.plan`` with top_k=1, its engine and calibration)."""
+        from planner.search.plan import plan  # noqa: PLC0415
+
+        return plan(self.model, self.cluster, self.job, top_k=1, options=self.options(**kw), constants=self.constants).plans[0]
+
+    def with_profile(self, profile: str | None) -> "Setup":
+        """This setup with the calibration of a profile file (``planner calibrate --out``), if given."""
+        if profile:
+            from planner.calibration.fit import load_profile  # noqa: PLC0415
+            from planner.calibration.profile import calibration_from_profile  # noqa: PLC0415
+
+            self.calibration = calibration_from_profile(load_profile(profile))
+            self.cluster = self.calibration.cluster(self.cluster)
+        return self
 
 
 def fixed_from_flags(**kw) -> dict:
@@ -57,12 +86,13 @@ def _flag(name: str, value, kind: str) -> None:
         check_value(name, value, kind)
 
 
-def _attention(flag: str | None) -> bool | None:
+def _attention(flag: str | None) -> str | None:
+    """``--attention``: flash | unfused | auto (None: the engine's kernel for the GPU)."""
     if flag is None or flag == "auto":
         return None
     if flag not in ("flash", "unfused"):
         raise InputError("--attention", flag, "flash, unfused or auto")
-    return flag == "flash"
+    return flag
 
 
 def setup_from_flags(
@@ -94,14 +124,21 @@ def setup_from_flags(
             inter = {"kind": _none(network, "infiniband"), "gbps_per_nic": _none(nic_gbps, 400), "nics_per_node": _none(nics_per_node, 8)}
         c = make_cluster(gpu_id, _default(gpus, "gpus"), gpus_per_node, inter)
     job = Job(_default(seq_len, "seq_len"), _default(global_batch_size, "global_batch_size"), _default(precision, "precision"))
-    return Setup(m, c, job, fixed, model_id, gpu_id, _attention(attention))
+    return Setup(m, c, job, fixed, model_id, gpu_id)
 
 
 def _none(value, default):
     return default if value is None else value
 
 
-def setup_from_scenario(path: str, run_id: str | None, attention: str | None = None) -> Setup:
+def setup_from_scenario(path: str, run_id: str | None) -> Setup:
+    """The setup of one run of a runs/scenario file (or of a shipped set, by name: ``public``...)."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from planner.calibration.datasets import SETS, dataset_path  # noqa: PLC0415
+
+    if path in SETS and not Path(path).exists():
+        path = str(dataset_path(path))
     data = read_mapping(path)
     runs = data.get("runs") if isinstance(data.get("runs"), list) else [data]
     if run_id is None:
@@ -118,32 +155,36 @@ def setup_from_scenario(path: str, run_id: str | None, attention: str | None = N
             raise InputError("--id", run_id, f"a run id in {path}" + (f" ({hint})" if hint else ""))
         raw = matches[0]
     run = run_from_dict(raw, f"runs[{run_id}]")
+    from planner.calibration.datasets import run_engine  # noqa: PLC0415
     from planner.calibration.validate import fixed_fields  # noqa: PLC0415
 
-    return Setup(run.model, run.cluster, run.job, fixed_fields(run.parallel), raw["model"].get("name", run.id), run.cluster.gpu.id, _attention(attention))
+    return Setup(run.model, run.cluster, run.job, fixed_fields(run.parallel), raw["model"].get("name", run.id), run.cluster.gpu.id,
+                 engine=run_engine(run.id)[0])
 
 
 def setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len,
-                   global_batch_size, precision, attention, scenario, run_id, generation=None, grad_reduce=None, **parallel) -> Setup:
-    """The setup of ``estimate`` and ``plan``: from a scenario (its non-null parallel fields fixed,
-    then the flags') or from flags; ``parallel`` holds the parallel flags (None = free)."""
+                   global_batch_size, precision, attention, scenario, run_id, engine=None, grad_reduce=None, profile=None,
+                   **parallel) -> Setup:
+    """The setup of every pricing command: from a scenario (its non-null parallel fields fixed,
+    then the flags') or from flags; ``parallel`` holds the parallel flags (None = free or the
+    engine's default); ``engine`` names the engine (default :data:`planner.engines.DEFAULT_ENGINE`,
+    or the scenario run's); ``profile`` a calibration profile file."""
     fixed = fixed_from_flags(**parallel)
-    if generation is not None:
-        from planner.engines import features  # noqa: PLC0415
-
-        features(generation)  # validates the name (InputError on anything else)
+    if _attention(attention) is not None:
+        fixed["attention"] = _attention(attention)
     if scenario:
-        setup = setup_from_scenario(scenario, run_id, attention)
+        setup = setup_from_scenario(scenario, run_id)
         setup.fixed.update(fixed)
     else:
         setup = setup_from_flags(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network,
                                  seq_len, global_batch_size, precision, attention, fixed)
-    setup.generation = generation
+    if engine is not None:
+        setup.engine = get_engine(engine).name  # InputError naming the engines on anything else
     if grad_reduce is not None:
         import dataclasses  # noqa: PLC0415
 
         setup.job = dataclasses.replace(setup.job, grad_reduce=grad_reduce)  # validated by Job
-    return setup
+    return setup.with_profile(profile)
 
 
 def plan_document(setup: Setup, plans: list, search: dict | None) -> dict:
@@ -174,12 +215,22 @@ def plan_document(setup: Setup, plans: list, search: dict | None) -> dict:
         "model": model,
         "job": {"seq_len": j.seq_len, "global_batch_size": j.global_batch_size, "precision": j.precision, "grad_reduce": j.grad_reduce},
         "hardware": hardware,
+        "engine": setup.engine,
+        "constants": _changed_constants(setup.constants),
         "constraints": setup.fixed,
         "plans": [p.as_dict() for p in plans],
     }
     if search is not None:
         doc["search"] = search
     return doc
+
+
+def _changed_constants(c) -> dict:
+    """The calibration constants that differ from the published defaults (a profile's fit)."""
+    from planner.cost.constants import DEFAULT_CONSTANTS  # noqa: PLC0415
+
+    base = DEFAULT_CONSTANTS.as_dict()
+    return {k: v for k, v in c.as_dict().items() if v != base[k]}
 
 
 def emit_json(doc: dict) -> None:

@@ -36,4 +36,4 @@ def explain_cmd(plan: PlanArg, rank: RankOpt = 1) -> None:
     if stored and abs(ctx.estimate.step_time_s - stored) > 1e-3 * stored:
         con.print(f"note: re-predicted step {fmt_time(ctx.estimate.step_time_s)} differs from the document's {fmt_time(stored)} "
                   "(a planner version or a cluster field the document does not carry)")
-    con.print(render_explanation(explain(m, c, j, ctx.parallel, ctx.flash, ctx.estimate), f"plan {rank}"))
+    con.print(render_explanation(explain(m, c, j, ctx.parallel, ctx.engine, ctx.constants, ctx.estimate), f"plan {rank}"))

@@ -14,7 +14,6 @@ Formulas are in :mod:`planner.studies.goodput` (Young 1974, Daly 2006, failure r
 
 from __future__ import annotations
 
-import contextlib
 import json as _json
 import math
 import re
@@ -28,7 +27,7 @@ from planner.errors import InputError
 __all__ = [
     "DEFAULT_CKPT_WRITE_GBS", "DEFAULT_RESTART_S", "CHINCHILLA_TOKENS_PER_PARAM",
     "ObjectiveOpt", "PriceOpt", "TokensOpt", "ProfileOpt", "CkptOpt", "RestartOpt", "FailOpt",
-    "parse_count", "profile_context", "goodput_for", "default_tokens", "money", "fmt_duration", "goodput_cmd",
+    "parse_count", "goodput_for", "default_tokens", "money", "fmt_duration", "goodput_cmd",
 ]
 
 DEFAULT_CKPT_WRITE_GBS = 2000.0
@@ -65,16 +64,6 @@ def _positive(name: str, v: float | None, default: float) -> float:
     if not (isinstance(v, (int, float)) and 0 < v < math.inf):
         raise InputError(name, v, "a positive finite number")
     return float(v)
-
-
-def profile_context(path: str | None):
-    """A context in which the cost model uses the calibrated constants of ``path`` (or nothing)."""
-    if not path:
-        return contextlib.nullcontext()
-    from planner.calibration.fit import load_profile  # noqa: PLC0415
-    from planner.calibration.profile import constants_override, profile_overrides  # noqa: PLC0415
-
-    return constants_override(profile_overrides(load_profile(path)))
 
 
 def goodput_for(n_gpus: int, n_params: float, *, ckpt_write_gbs: float | None = None, restart_s: float | None = None,
@@ -176,21 +165,16 @@ def goodput_cmd(
     if gpus is None or gpus < 1:
         raise InputError("--gpus", gpus, "a positive integer")
     n_tokens = parse_count("--tokens", tokens)
-    with profile_context(profile):
-        if model is not None:
-            from planner.cli.common import setup_from_flags  # noqa: PLC0415
-            from planner.cost.flops import param_count  # noqa: PLC0415
+    if model is not None:
+        from planner.cli.common import setup_from_flags  # noqa: PLC0415
+        from planner.cost.flops import param_count  # noqa: PLC0415
 
-            setup = setup_from_flags(model, gpu, gpus, None, None, None, None, None, seq_len, global_batch_size, None, None, {})
-            n_params = float(param_count(setup.model))
-            if tokens_per_s is None:
-                from planner.search.plan import plan  # noqa: PLC0415
-                from planner.search.space import SearchOptions  # noqa: PLC0415
-
-                best = plan(setup.model, setup.cluster, setup.job, top_k=1, options=SearchOptions(flash_attention=setup.flash)).plans[0]
-                tokens_per_s = best.estimate.tokens_per_s
-        else:
-            n_params = parse_count("--params", params)
+        setup = setup_from_flags(model, gpu, gpus, None, None, None, None, None, seq_len, global_batch_size, None, None, {}).with_profile(profile)
+        n_params = float(param_count(setup.model))
+        if tokens_per_s is None:
+            tokens_per_s = setup.best().estimate.tokens_per_s
+    else:
+        n_params = parse_count("--params", params)
     if n_tokens is None:
         n_tokens = default_tokens(n_params)
     if tokens_per_s is not None and not (0 < tokens_per_s < math.inf):

@@ -22,6 +22,7 @@ def hetero_cmd(
     cluster_file: Annotated[str, typer.Argument(help="YAML: groups: [{gpu, count}], network: {kind, gbps_per_nic, nics_per_node}.")],
     model: O.ModelOpt = None, seq_len: O.SeqOpt = None, global_batch_size: O.GbsOpt = None, precision: O.PrecOpt = None,
     tp: O.TpOpt = None, pp: O.PpOpt = None, dp: O.DpOpt = None, micro_batch_size: O.MbOpt = None, recompute: O.RecOpt = None,
+    engine: O.EngineOpt = None,
     top: Annotated[int, typer.Option("--top", "-k", help="How many plans to show.")] = 3,
     time_limit: Annotated[float, typer.Option("--search-limit", help="Seconds for the whole search.")] = 60.0,
     json: O.JsonOpt = False,
@@ -33,8 +34,8 @@ def hetero_cmd(
     """
     from planner.cli.common import DEFAULTS, fixed_from_flags  # noqa: PLC0415
     from planner.errors import InputError  # noqa: PLC0415
-    from planner.search.hetero import hetero_plan, load_hetero  # noqa: PLC0415
-    from planner.io.loaders import load_model  # noqa: PLC0415
+    from planner.io.loaders import load_hetero, load_model  # noqa: PLC0415
+    from planner.search.hetero import hetero_plan  # noqa: PLC0415
     from planner.specs import Job  # noqa: PLC0415
 
     if top < 1:
@@ -43,7 +44,8 @@ def hetero_cmd(
     m = load_model(model or DEFAULTS["model"])
     job = Job(seq_len or DEFAULTS["seq_len"], global_batch_size or DEFAULTS["global_batch_size"], precision or DEFAULTS["precision"])
     fixed = fixed_from_flags(tp=tp, pp=pp, dp=dp, micro_batch_size=micro_batch_size, recompute=recompute)
-    pairs, n_cand, solved, proven = hetero_plan(m, hc, job, fixed, top_k=top, time_limit_s=time_limit)
+    pairs, n_cand, stats, proven = hetero_plan(m, hc, job, fixed, top_k=top, engine=engine, time_limit_s=time_limit)
+    solved = stats.programs
     names = [g.gpu.id for g in hc.groups]
     if json:
         rows = [{"parallel": b.parallel.as_dict(), "placement": [names[g] for g in b.placement],

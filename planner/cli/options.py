@@ -8,7 +8,7 @@ import typer
 
 __all__ = [
     "ModelOpt", "GpuOpt", "GpusOpt", "GpnOpt", "ClusterOpt", "NicOpt", "NicsOpt", "NetOpt", "SeqOpt", "GbsOpt",
-    "PrecOpt", "GradOpt", "GenOpt", "AttnOpt", "TpOpt", "PpOpt", "DpOpt", "CpOpt", "EpOpt", "VppOpt", "MbOpt", "RecOpt", "SpOpt",
+    "PrecOpt", "GradOpt", "EngineOpt", "AttnOpt", "TpOpt", "PpOpt", "DpOpt", "CpOpt", "EpOpt", "VppOpt", "MbOpt", "RecOpt", "SpOpt",
     "ZeroOpt", "ScenarioOpt", "IdOpt", "JsonOpt",
 ]
 
@@ -24,8 +24,8 @@ SeqOpt = Annotated[Optional[int], typer.Option("--seq-len", "-s", help="Sequence
 GbsOpt = Annotated[Optional[int], typer.Option("--global-batch-size", "-b", help="Sequences per optimizer step.")]
 PrecOpt = Annotated[Optional[str], typer.Option("--precision", help="bf16 | fp16 | fp8.")]
 GradOpt = Annotated[Optional[str], typer.Option("--grad-reduce", help="Gradient accumulation/reduction dtype: auto (fp32 for bf16/fp8, fp16 for fp16) | fp32 | bf16.")]
-GenOpt = Annotated[Optional[str], typer.Option("--generation", help="Engine features: legacy (fp16-era Megatron) | modern; default from the precision.")]
-AttnOpt = Annotated[Optional[str], typer.Option("--attention", help="flash | unfused | auto (auto: flash unless fp16).")]
+EngineOpt = Annotated[Optional[str], typer.Option("--engine", "-e", help="Training engine: megatron-core (default) | megatron-legacy | deepspeed | megatron-deepspeed | torchtitan | megatron-zb (planner engines list).")]
+AttnOpt = Annotated[Optional[str], typer.Option("--attention", help="flash | unfused | auto (auto: the engine's kernel where the GPU has it).")]
 TpOpt = Annotated[Optional[int], typer.Option("--tp", help="Tensor-parallel degree.")]
 PpOpt = Annotated[Optional[int], typer.Option("--pp", help="Pipeline-parallel degree.")]
 DpOpt = Annotated[Optional[int], typer.Option("--dp", help="Data-parallel degree.")]

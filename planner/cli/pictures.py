@@ -123,16 +123,13 @@ def scaling_chart_cmd(
     """
     from planner.cli.common import setup_from_flags  # noqa: PLC0415
     from planner.report.charts import write_scaling_chart  # noqa: PLC0415
-    from planner.search.plan import plan  # noqa: PLC0415
-    from planner.search.space import SearchOptions  # noqa: PLC0415
-
     _suffix(out, force)
     counts = parse_counts(gpus)
     points, rows, skipped = [], [], []
     for n in track(counts, "planning", total=len(counts)):
         setup = setup_from_flags(model, gpu, n, gpus_per_node, cluster, None, None, None, seq_len, global_batch_size, precision, None, {})
         try:
-            best = plan(setup.model, setup.cluster, setup.job, top_k=1, options=SearchOptions(flash_attention=setup.flash)).plans[0]
+            best = setup.best()
         except (NoFeasiblePlan, InputError) as exc:
             skipped.append(f"{n} GPUs: {str(exc).splitlines()[0]}")
             continue

@@ -19,7 +19,7 @@ __all__ = ["plan_cmd"]
 def plan_cmd(
     model: O.ModelOpt = None, gpu: O.GpuOpt = None, gpus: O.GpusOpt = None, gpus_per_node: O.GpnOpt = None,
     cluster: O.ClusterOpt = None, nic_gbps: O.NicOpt = None, nics_per_node: O.NicsOpt = None, network: O.NetOpt = None,
-    seq_len: O.SeqOpt = None, global_batch_size: O.GbsOpt = None, precision: O.PrecOpt = None, attention: O.AttnOpt = None, generation: O.GenOpt = None, grad_reduce: O.GradOpt = None,
+    seq_len: O.SeqOpt = None, global_batch_size: O.GbsOpt = None, precision: O.PrecOpt = None, attention: O.AttnOpt = None, engine: O.EngineOpt = None, grad_reduce: O.GradOpt = None,
     tp: O.TpOpt = None, pp: O.PpOpt = None, dp: O.DpOpt = None, cp: O.CpOpt = None, ep: O.EpOpt = None, vpp: O.VppOpt = None,
     micro_batch_size: O.MbOpt = None, recompute: O.RecOpt = None, sequence_parallel: O.SpOpt = None, zero: O.ZeroOpt = None,
     scenario: O.ScenarioOpt = None, id: O.IdOpt = None, json: O.JsonOpt = False,
@@ -44,26 +44,23 @@ def plan_cmd(
       planner plan --model path/to/config.json --cluster dgx-h100-superpod --gpus 256 --explain
       planner plan --objective goodput --tokens 1.4T --price-per-gpu-hour 2 --profile my-cluster.yaml
     """
-    with G.profile_context(profile):
-        _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len, global_batch_size,
-              precision, attention, generation, tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, sequence_parallel, zero, scenario,
-              id, json, top, allow_tp_across_nodes, emit, out, force, explain, objective, price, tokens, ckpt_write_gbs,
-              restart_s, failure_rate, grad_reduce)
+    _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len, global_batch_size,
+          precision, attention, engine, tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, sequence_parallel, zero, scenario,
+          id, json, top, allow_tp_across_nodes, emit, out, force, explain, objective, price, tokens, ckpt_write_gbs,
+          restart_s, failure_rate, grad_reduce, profile)
 
 
 def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len, global_batch_size,
-          precision, attention, generation, tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, sequence_parallel, zero, scenario,
+          precision, attention, engine, tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, sequence_parallel, zero, scenario,
           id, json, top, allow_tp_across_nodes, emit, out, force, explain, objective, price, tokens, ckpt_write_gbs,
-          restart_s, failure_rate, grad_reduce=None) -> None:
+          restart_s, failure_rate, grad_reduce=None, profile=None) -> None:
     from planner.search.plan import plan  # noqa: PLC0415
-    from planner.search.space import SearchOptions  # noqa: PLC0415
 
     setup = setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len,
-                           global_batch_size, precision, attention, scenario, id, generation, grad_reduce, tp=tp, pp=pp, dp=dp, cp=cp,
-                           ep=ep, vpp=vpp, micro_batch_size=micro_batch_size, recompute=recompute,
+                           global_batch_size, precision, attention, scenario, id, engine, grad_reduce, profile, tp=tp, pp=pp, dp=dp,
+                           cp=cp, ep=ep, vpp=vpp, micro_batch_size=micro_batch_size, recompute=recompute,
                            sequence_parallel=sequence_parallel, zero=zero)
-    opts = SearchOptions(fixed=setup.fixed, allow_tp_across_nodes=allow_tp_across_nodes, flash_attention=setup.flash,
-                         generation=setup.generation)
+    opts = setup.options(allow_tp_across_nodes=allow_tp_across_nodes)
     from planner.cost.flops import param_count  # noqa: PLC0415
 
     n_tokens = G.parse_count("--tokens", tokens)
@@ -72,7 +69,8 @@ def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, net
         gp = G.goodput_for(setup.cluster.num_gpus, float(param_count(setup.model)), ckpt_write_gbs=ckpt_write_gbs,
                            restart_s=restart_s, failure_rate_per_gpu_hour=failure_rate)
     with busy(f"searching plans for {setup.cluster.num_gpus} GPUs"):
-        result = plan(setup.model, setup.cluster, setup.job, top_k=top, options=opts, objective=objective, goodput=gp)
+        result = plan(setup.model, setup.cluster, setup.job, top_k=top, options=opts, objective=objective, goodput=gp,
+                      constants=setup.constants)
     doc = plan_document(setup, result.plans, result.search_dict())
     gp_text: list[str] = []
     if gp is not None:
@@ -84,7 +82,7 @@ def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, net
         from planner.report.explain import explain as explain_plan, render_explanation  # noqa: PLC0415
 
         best = result.plans[0]
-        explanation = explain_plan(setup.model, setup.cluster, setup.job, best.parallel, result.flash_attention, best.estimate)
+        explanation = explain_plan(setup.model, setup.cluster, setup.job, best.parallel, setup.engine, setup.constants, best.estimate)
         if json:
             doc["explanation"] = explanation.as_dict()
     if emit:

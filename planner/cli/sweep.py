@@ -46,16 +46,13 @@ def sweep_rows(setups, n_tokens: float | None, price: float | None, gp_kw: dict)
     """One row per (GPU count, Setup): best plan, goodput, wall time, GPU-hours, cost, Pareto flag."""
     from planner.studies.costing import PlanPoint, pareto_front, training_cost  # noqa: PLC0415
     from planner.cost.flops import param_count  # noqa: PLC0415
-    from planner.search.plan import plan  # noqa: PLC0415
-    from planner.search.space import SearchOptions  # noqa: PLC0415
-
     rows = []
     for n, setup in setups:
         n_params = float(param_count(setup.model))
         tokens = n_tokens if n_tokens is not None else G.default_tokens(n_params)
         row = {"gpus": n, "n_tokens": tokens}
         try:
-            best = plan(setup.model, setup.cluster, setup.job, top_k=1, options=SearchOptions(fixed=setup.fixed, flash_attention=setup.flash)).plans[0]
+            best = setup.best()
         except (NoFeasiblePlan, InputError, SolverFailure) as exc:
             row["error"] = str(exc).splitlines()[0]
             rows.append(row)
@@ -141,10 +138,9 @@ def sweep_cmd(
     if chart is not None and Path(chart).exists() and not force:
         raise InputError("--chart", chart, "a file that does not exist yet (or --force)")
     gp_kw = {"ckpt_write_gbs": ckpt, "restart_s": restart, "failure_rate_per_gpu_hour": rate}
-    with G.profile_context(profile):
-        setups = [(n, setup_from_flags(model, gpu, n, gpus_per_node, None, nic_gbps, nics_per_node, network,
-                                       seq_len, global_batch_size, precision, None, {})) for n in counts]
-        rows = sweep_rows(setups, n_tokens, price, gp_kw)
+    setups = [(n, setup_from_flags(model, gpu, n, gpus_per_node, None, nic_gbps, nics_per_node, network,
+                                   seq_len, global_batch_size, precision, None, {}).with_profile(profile)) for n in counts]
+    rows = sweep_rows(setups, n_tokens, price, gp_kw)
     s0 = setups[0][1]
     title = f"{s0.model.name} on {s0.cluster.gpu.id}, seq {s0.job.seq_len}, batch {s0.job.global_batch_size}"
     if chart is not None:

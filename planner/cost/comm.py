@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from planner.cost.collectives import Level, cluster_levels, collective, group_shape
+from planner.cost.network import Topology
 from planner.specs import ClusterSpec, ParallelConfig
 
 __all__ = [
@@ -79,8 +80,6 @@ def _group_links(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int, ep: i
     if cluster.tiers:
         # Switch tiers with oversubscription: each group is priced on the slowest tier it
         # crosses (planner.cost.network.Topology, the same placement `planner collective` uses).
-        from planner.cost.network import Topology  # noqa: PLC0415
-
         topo = Topology(cluster, cluster.tiers)
         for name, (size, stride) in strides.items():
             g = topo.group(size, stride)

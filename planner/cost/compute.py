@@ -23,8 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from planner.cost import constants as C
+from planner.cost.constants import Constants
 from planner.cost.flops import attn_core_head_dims, attn_proj_dims, mlp_matrices
+from planner.engines.policy import supports_flash
 from planner.specs import GpuSpec, ModelSpec
 
 __all__ = [
@@ -34,12 +35,6 @@ __all__ = [
 ]
 
 ACT_BYTES = 2  # bf16/fp16 activations
-
-
-def supports_flash(gpu: GpuSpec) -> bool:
-    """FlashAttention-2 needs Ampere or newer on NVIDIA (not V100); AMD CDNA3 (MI300X) runs it
-    through Composable Kernel (ROCm/flash-attention)."""
-    return gpu.id.startswith("mi") or gpu.peak("bf16") / 1e12 >= 200
 
 
 def gpu_generation(gpu: GpuSpec) -> str:
@@ -56,32 +51,32 @@ def gpu_generation(gpu: GpuSpec) -> str:
     return "blackwell"
 
 
-def shape_half_dim(gpu: GpuSpec, precision: str) -> float:
+def shape_half_dim(gpu: GpuSpec, precision: str, C: Constants) -> float:
     tflops_per_sm = gpu.peak(precision) / 1e12 / gpu.sm_count
     return C.GEMM_SHAPE_HALF_DIM_PER_TFLOPS_PER_SM * tflops_per_sm
 
 
-def gemm_time(m: float, n: float, k: float, gpu: GpuSpec, precision: str, batch: float = 1.0) -> float:
+def gemm_time(m: float, n: float, k: float, gpu: GpuSpec, precision: str, C: Constants, batch: float = 1.0) -> float:
     """Seconds for ``batch`` GEMMs of (m x k) @ (k x n) on one GPU."""
     if m <= 0 or n <= 0 or k <= 0:
         return 0.0
     flops = 2.0 * m * n * k * batch
     dmin = min(m, n, k)
-    eff = gpu.ceiling(precision) * C.TRAINING_KERNEL_EFFICIENCY * dmin / (dmin + shape_half_dim(gpu, precision))
+    eff = gpu.ceiling(precision) * C.TRAINING_KERNEL_EFFICIENCY * dmin / (dmin + shape_half_dim(gpu, precision, C))
     t_flop = flops / (gpu.peak(precision) * eff)
     in_bytes = 1 if precision == "fp8" else ACT_BYTES
     t_mem = (in_bytes * (m * k + k * n) + ACT_BYTES * m * n) * batch / (gpu.hbm_bandwidth_bytes_per_s * C.HBM_STREAM_EFFICIENCY)
     return C.GEMM_KERNEL_OVERHEAD_S + max(t_flop, t_mem)
 
 
-def _gemm_fwd_bwd(m: float, n: float, k: float, gpu: GpuSpec, precision: str) -> tuple[float, float]:
+def _gemm_fwd_bwd(m: float, n: float, k: float, gpu: GpuSpec, precision: str, C: Constants) -> tuple[float, float]:
     """Forward (m,k)@(k,n); backward = data gradient (m,n)@(n,k) + weight gradient (k,m)@(m,n)."""
-    fwd = gemm_time(m, n, k, gpu, precision)
-    bwd = gemm_time(m, k, n, gpu, precision) + gemm_time(k, n, m, gpu, precision)
+    fwd = gemm_time(m, n, k, gpu, precision, C)
+    bwd = gemm_time(m, k, n, gpu, precision, C) + gemm_time(k, n, m, gpu, precision, C)
     return fwd, bwd
 
 
-def _stream_time(nbytes: float, gpu: GpuSpec, kernels: int) -> float:
+def _stream_time(nbytes: float, gpu: GpuSpec, kernels: int, C: Constants) -> float:
     return nbytes / (gpu.hbm_bandwidth_bytes_per_s * C.HBM_STREAM_EFFICIENCY) + kernels * C.ELEMENTWISE_KERNEL_OVERHEAD_S
 
 
@@ -110,7 +105,7 @@ class LayerTimes:
         return self.bwd_gemm_s + self.bwd_attn_s + self.bwd_elementwise_s + self.bwd_quant_s
 
 
-def attention_efficiency(gpu: GpuSpec, kv_len: float) -> float:
+def attention_efficiency(gpu: GpuSpec, kv_len: float, C: Constants) -> float:
     """Flash-attention fwd+bwd achieved / dense 16-bit peak for kernel calls over ``kv_len``
     keys: the per-generation in-training figure at 8K scaled by s / (s + s_half)
     (constants.FLASH_ATTENTION_SEQ_HALF, fit to FA3's sequence sweep)."""
@@ -119,7 +114,7 @@ def attention_efficiency(gpu: GpuSpec, kv_len: float) -> float:
     return base * (kv_len / (kv_len + sh)) / (ref / (ref + sh))
 
 
-def moe_load_factor(model: ModelSpec, ep: int) -> float:
+def moe_load_factor(model: ModelSpec, ep: int, C: Constants) -> float:
     """Tokens the busiest expert-parallel rank processes, relative to balanced routing.
 
     Capacity factor c (Fedus et al. 2021 sec. 2.2): buffers padded to c x tokens k / E.
@@ -133,13 +128,13 @@ def moe_load_factor(model: ModelSpec, ep: int) -> float:
     return C.MOE_DROPLESS_IMBALANCE if ep > 1 else 1.0
 
 
-def fp8_quant_time(gemms: list, gpu: GpuSpec, batch: float = 1.0) -> tuple[float, float]:
+def fp8_quant_time(gemms: list, gpu: GpuSpec, C: Constants, batch: float = 1.0) -> tuple[float, float]:
     """(fwd, bwd) seconds of the FP8 cast-transpose kernels of GEMMs (m tokens, n out, k in):
     the input (m x k) in forward, the output gradient (m x n) in backward, each read in bf16
     and written as FP8 plus its transpose (constants.FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT)."""
     b = C.FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT
-    fwd = sum(_stream_time(b * m * k * batch, gpu, 1) for m, n, k in gemms)
-    bwd = sum(_stream_time(b * m * n * batch, gpu, 1) for m, n, k in gemms)
+    fwd = sum(_stream_time(b * m * k * batch, gpu, 1, C) for m, n, k in gemms)
+    bwd = sum(_stream_time(b * m * n * batch, gpu, 1, C) for m, n, k in gemms)
     return fwd, bwd
 
 
@@ -181,6 +176,8 @@ def layer_times(
     flash_attention: bool = True,
     moe_layer: bool = False,
     ep: int = 1,
+    *,
+    C: Constants,
 ) -> LayerTimes:
     """Compute time of one dense (or MoE) layer for one micro-batch on one GPU.
 
@@ -203,20 +200,20 @@ def layer_times(
         # each after the all-to-all, times the busiest rank's load factor; shared experts run
         # on every token.
         local_experts = max(1, moe.experts // ep)
-        fe = tokens * moe.top_k * ep / moe.experts * moe_load_factor(model, ep)
+        fe = tokens * moe.top_k * ep / moe.experts * moe_load_factor(model, ep, C)
         f_e = moe.expert_ffn_hidden
         up_n = f_e * (mlp_matrices(model) - 1) / tp
-        up = gemm_time(fe, up_n, h, gpu, precision, local_experts)
-        up_b = gemm_time(fe, h, up_n, gpu, precision, local_experts) + gemm_time(h, up_n, fe, gpu, precision, local_experts)
-        down = gemm_time(fe, h, f_e / tp, gpu, precision, local_experts)
-        down_b = gemm_time(fe, f_e / tp, h, gpu, precision, local_experts) + gemm_time(f_e / tp, h, fe, gpu, precision, local_experts)
+        up = gemm_time(fe, up_n, h, gpu, precision, C, local_experts)
+        up_b = gemm_time(fe, h, up_n, gpu, precision, C, local_experts) + gemm_time(h, up_n, fe, gpu, precision, C, local_experts)
+        down = gemm_time(fe, h, f_e / tp, gpu, precision, C, local_experts)
+        down_b = gemm_time(fe, f_e / tp, h, gpu, precision, C, local_experts) + gemm_time(f_e / tp, h, fe, gpu, precision, C, local_experts)
         moe_f, moe_b = up + down, up_b + down_b
         if precision == "fp8":
-            q_fwd, q_bwd = fp8_quant_time([(fe, up_n, h), (fe, h, f_e / tp)], gpu, local_experts)
+            q_fwd, q_bwd = fp8_quant_time([(fe, up_n, h), (fe, h, f_e / tp)], gpu, C, local_experts)
         if moe.shared_experts:
             gemms += [(tokens, f_e * moe.shared_experts * (mlp_matrices(model) - 1) / tp, h), (tokens, h, f_e * moe.shared_experts / tp)]
         extra16.append((tokens, moe.experts, h))  # router (kept in 16-bit/fp32)
-        ffn_local = f_e * (moe.top_k * moe_load_factor(model, ep) + moe.shared_experts) / tp
+        ffn_local = f_e * (moe.top_k * moe_load_factor(model, ep, C) + moe.shared_experts) / tp
     else:
         f = model.ffn_hidden
         gemms += [(tokens, f * (mlp_matrices(model) - 1) / tp, h), (tokens, h, f / tp)]
@@ -225,11 +222,11 @@ def layer_times(
     fwd_gemm = moe_f
     bwd_gemm = moe_b
     for (m, n, k), prec in [(g, precision) for g in gemms] + [(g, prec16) for g in extra16]:
-        f_, b_ = _gemm_fwd_bwd(m, n, k, gpu, prec)
+        f_, b_ = _gemm_fwd_bwd(m, n, k, gpu, prec, C)
         fwd_gemm += f_
         bwd_gemm += b_
     if precision == "fp8":
-        qf, qb = fp8_quant_time(gemms, gpu)
+        qf, qb = fp8_quant_time(gemms, gpu, C)
         q_fwd, q_bwd = q_fwd + qf, q_bwd + qb
 
     heads_local = model.heads / tp
@@ -239,7 +236,7 @@ def layer_times(
         # parallelism each rank holds s/cp queries (two load-balanced chunks) against, on
         # average, half of all s keys, in cp ring steps over key blocks of s/cp tokens
         # (Megatron-core / TE context parallelism); the kernel efficiency follows that block.
-        eff = attention_efficiency(gpu, seq_len / cp)
+        eff = attention_efficiency(gpu, seq_len / cp, C)
         core_fwd = 2.0 * micro_batch * s_local * seq_len * heads_local * (dqk + dv) / 2.0
         peak = gpu.peak(prec16)
         fwd_attn = core_fwd / (peak * eff) + cp * C.GEMM_KERNEL_OVERHEAD_S
@@ -248,11 +245,11 @@ def layer_times(
         # Unfused attention (Megatron's fused scale-mask-softmax): two batched GEMMs over the
         # full square plus softmax, mask and dropout over b*a/t*s^2 elements.
         batch = micro_batch * heads_local
-        sc_f, sc_b = _gemm_fwd_bwd(s_local, seq_len, dqk, gpu, prec16)
-        cx_f, cx_b = _gemm_fwd_bwd(s_local, dv, seq_len, gpu, prec16)
+        sc_f, sc_b = _gemm_fwd_bwd(s_local, seq_len, dqk, gpu, prec16, C)
+        cx_f, cx_b = _gemm_fwd_bwd(s_local, dv, seq_len, gpu, prec16, C)
         elems = batch * s_local * seq_len
-        fwd_attn = batch * (sc_f + cx_f - 2 * C.GEMM_KERNEL_OVERHEAD_S) + 2 * C.GEMM_KERNEL_OVERHEAD_S + _stream_time(elems * 9, gpu, 2)
-        bwd_attn = batch * (sc_b + cx_b - 4 * C.GEMM_KERNEL_OVERHEAD_S) + 4 * C.GEMM_KERNEL_OVERHEAD_S + _stream_time(elems * 13, gpu, 2)
+        fwd_attn = batch * (sc_f + cx_f - 2 * C.GEMM_KERNEL_OVERHEAD_S) + 2 * C.GEMM_KERNEL_OVERHEAD_S + _stream_time(elems * 9, gpu, 2, C)
+        bwd_attn = batch * (sc_b + cx_b - 4 * C.GEMM_KERNEL_OVERHEAD_S) + 4 * C.GEMM_KERNEL_OVERHEAD_S + _stream_time(elems * 13, gpu, 2, C)
 
     # Elementwise traffic per token (bytes): two norms (read+write h each), two residual adds
     # (read 2h, write h), dropout masks where the model trains with dropout, the MLP
@@ -264,13 +261,13 @@ def layer_times(
     act_in = 2 if mlp_matrices(model) == 3 else 1
     per_token += ACT_BYTES * (act_in + 1) * ffn_local
     per_token += ACT_BYTES * 2 * (qw + kvw) / tp  # rotary/bias on q, k (read + write)
-    fwd_el = _stream_time(tokens * per_token, gpu, 8)
-    bwd_el = _stream_time(2 * tokens * per_token, gpu, 12)
+    fwd_el = _stream_time(tokens * per_token, gpu, 8, C)
+    bwd_el = _stream_time(2 * tokens * per_token, gpu, 12, C)
     return LayerTimes(fwd_gemm, bwd_gemm, fwd_attn, bwd_attn, fwd_el, bwd_el, q_fwd, q_bwd)
 
 
 @lru_cache(maxsize=8192)
-def logits_times(model: ModelSpec, gpu: GpuSpec, precision: str, micro_batch: int, seq_len: int, tp: int, cp: int) -> tuple[float, float]:
+def logits_times(model: ModelSpec, gpu: GpuSpec, precision: str, micro_batch: int, seq_len: int, tp: int, cp: int, C: Constants) -> tuple[float, float]:
     """(forward, backward) seconds of the output layer and cross-entropy on the last stage.
 
     Megatron computes the vocab-parallel cross-entropy in fp32 (read logits, write fp32
@@ -278,6 +275,6 @@ def logits_times(model: ModelSpec, gpu: GpuSpec, precision: str, micro_batch: in
     """
     tokens = micro_batch * seq_len / cp
     prec = "bf16" if precision == "fp8" else precision  # the output layer stays in 16-bit
-    f, b = _gemm_fwd_bwd(tokens, model.vocab / tp, model.hidden, gpu, prec)
+    f, b = _gemm_fwd_bwd(tokens, model.vocab / tp, model.hidden, gpu, prec, C)
     elems = tokens * model.vocab / tp
-    return f + _stream_time(elems * 6, gpu, 3), b + _stream_time(elems * 8, gpu, 3)
+    return f + _stream_time(elems * 6, gpu, 3, C), b + _stream_time(elems * 8, gpu, 3, C)

@@ -129,8 +129,7 @@ def embedding_params(model: ModelSpec) -> dict[str, int]:
 
 
 def param_count(model: ModelSpec) -> int:
-    dense_layers = model.layers - model.moe_layers
-    total = dense_layers * sum(layer_params(model, moe_layer=False).values())
+    total = model.dense_layers * sum(layer_params(model, moe_layer=False).values())
     if model.moe_layers:
         total += model.moe_layers * sum(layer_params(model, moe_layer=True).values())
     return total + sum(embedding_params(model).values())
@@ -194,7 +193,7 @@ def step_model_flops(model: ModelSpec, global_batch: int, seq_len: int, causal: 
     flash attention executes, FlashAttention papers' causal convention) -- at 128K on
     Llama 3.1 405B the two differ by ~30%.
     """
-    dense = model.layers - model.moe_layers
+    dense = model.dense_layers
     half = 0.5 if causal else 1.0
     lf = layer_flops(model, global_batch, seq_len, False)
     fwd = dense * (lf.matmul + half * lf.attn_core)

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from planner.cost import constants as C
+from planner.cost.constants import Constants
 from planner.cost.flops import attn_proj_dims, embedding_params, layer_params, mlp_matrices
 from planner.specs import ModelSpec
 
@@ -61,7 +61,7 @@ def grad_bytes(precision: str, grad_reduce: str = "auto") -> float:
 
 
 @lru_cache(maxsize=4096)
-def bytes_per_param(precision: str, zero: int, dp: int, grad_reduce: str = "auto") -> dict[str, float]:
+def bytes_per_param(precision: str, zero: int, dp: int, grad_reduce: str, C: Constants) -> dict[str, float]:
     """Model-state bytes per parameter held by one GPU, after ZeRO sharding over ``dp``."""
     fp8 = C.FP8_WEIGHT_COPY_BYTES_PER_PARAM if precision == "fp8" else 0.0
     w = 2.0
@@ -87,6 +87,8 @@ def activation_bytes_per_layer(
     moe_layer: bool = False,
     precision: str = "bf16",
     moe_load: float = 1.0,
+    *,
+    C: Constants,
 ) -> float:
     """Bytes one layer keeps for its backward pass, for one micro-batch, on one GPU.
 
@@ -141,16 +143,14 @@ def inflight_microbatches(stage: int, pp: int, vpp: int, num_microbatches: int) 
     return min(chunks, num_microbatches * vpp) / vpp
 
 
-def stage_params(model: ModelSpec, layers: int, stage: int, pp: int, tp: int, ep: int, n_dense: int | None = None) -> dict[str, float]:
+def stage_params(model: ModelSpec, layers: int, stage: int, pp: int, tp: int, ep: int, n_dense: int) -> dict[str, float]:
     """Parameters one GPU of pipeline stage ``stage`` holds (tensor/expert shards).
 
-    Layers are placed in order and the first ``model.layers - model.moe_layers`` are dense
+    Layers are placed in order and the first ``model.dense_layers`` are dense
     (DeepSeek-V3 layout); ``n_dense`` is how many of this stage's layers are dense.
     """
     lp_d = layer_params(model, moe_layer=False)
     lp_m = layer_params(model, moe_layer=True) if model.moe else lp_d
-    if n_dense is None:
-        n_dense = min(layers, max(0, (model.layers - model.moe_layers) - stage * layers))
     n_moe = layers - n_dense
     shard = lambda lp: lp["attention"] / tp + lp["mlp"] / tp + lp["norms"] + lp["router"]  # noqa: E731
     out = {"layers": n_dense * shard(lp_d) + n_moe * shard(lp_m), "experts": n_moe * lp_m["experts"] / (tp * ep)}
@@ -195,8 +195,3 @@ class StageMemory:
         }
 
 
-def framework_buffers_bytes() -> float:
-    return C.FRAMEWORK_BUFFER_BYTES
-
-
-__all__.append("framework_buffers_bytes")

@@ -34,57 +34,9 @@ from dataclasses import dataclass
 
 from planner.cost.collectives import CollectiveResult, Level, collective, nvls_efficiency
 from planner.errors import InputError
+from planner.specs import Tier
 
-__all__ = ["Tier", "GroupPlacement", "Topology", "tiers_from_list"]
-
-_TIER_KEYS = {"name", "nodes", "oversubscription"}
-
-
-@dataclass(frozen=True)
-class Tier:
-    """One switch tier: ``nodes`` under one switch (None = all), downlink:uplink ratio."""
-
-    name: str
-    nodes: int | None
-    oversubscription: float = 1.0
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise InputError("inter_node.tiers[].name", self.name, "a non-empty string")
-        if self.nodes is not None and (isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or self.nodes < 1):
-            raise InputError(f"inter_node.tiers[{self.name}].nodes", self.nodes, "a positive integer or omitted")
-        o = self.oversubscription
-        if isinstance(o, bool) or not isinstance(o, (int, float)) or not math.isfinite(o) or o < 1:
-            raise InputError(f"inter_node.tiers[{self.name}].oversubscription", o, "a ratio >= 1")
-
-
-def tiers_from_list(raw: object) -> tuple[Tier, ...]:
-    """Tiers from the YAML form: a list of mappings, or ``{"tiers": [...]}`` (``inter_node``)."""
-    if isinstance(raw, dict):
-        raw = raw.get("tiers")
-    if raw is None:
-        return ()
-    if not isinstance(raw, (list, tuple)) or not raw:
-        raise InputError("inter_node.tiers", raw, "a non-empty list of {name, nodes, oversubscription}")
-    out: list[Tier] = []
-    for i, t in enumerate(raw):
-        if isinstance(t, Tier):
-            out.append(t)
-            continue
-        if not isinstance(t, dict):
-            raise InputError(f"inter_node.tiers[{i}]", t, "a mapping with name, nodes, oversubscription")
-        bad = sorted(set(t) - _TIER_KEYS)
-        if bad:
-            raise InputError(f"inter_node.tiers[{i}].{bad[0]}", t[bad[0]], "one of name, nodes, oversubscription")
-        out.append(Tier(str(t.get("name", f"tier{i}")), t.get("nodes"), t.get("oversubscription", 1.0)))
-    for i, t in enumerate(out[:-1]):
-        if t.nodes is None:
-            raise InputError(f"inter_node.tiers[{i}].nodes", None, "a node count (only the top tier may omit it)")
-    sizes = [t.nodes for t in out if t.nodes is not None]
-    if any(b <= a for a, b in zip(sizes, sizes[1:])):
-        raise InputError("inter_node.tiers[].nodes", sizes, "node counts increasing from the bottom tier up")
-    return tuple(out)
-
+__all__ = ["Tier", "GroupPlacement", "Topology"]
 
 @dataclass(frozen=True)
 class GroupPlacement:
@@ -121,7 +73,7 @@ def _blocks(size: int, stride: int, block: int) -> tuple[int, int]:
 class Topology:
     """The network of a :class:`planner.specs.ClusterSpec`, level by level."""
 
-    def __init__(self, cluster, tiers: object = None):
+    def __init__(self, cluster, tiers: tuple[Tier, ...] | None = None):
         self.cluster = cluster
         self.gpus = cluster.num_gpus
         self.gpus_per_node = cluster.gpus_per_node
@@ -129,7 +81,7 @@ class Topology:
         nvls = nvls_efficiency(cluster.intra.kind, getattr(cluster.gpu, "nvlink_generation", 0))
         self.scale_up = Level(cluster.intra.kind, cluster.intra.usable_bytes_per_s, cluster.intra.latency_s, nvls)
         inter = cluster.inter
-        parsed = tiers_from_list(tiers)
+        parsed = tuple(cluster.tiers if tiers is None else tiers)
         if parsed:
             nodes = cluster.num_nodes
             top = parsed[-1]
@@ -149,7 +101,7 @@ class Topology:
         self.nic_bytes_per_s_per_gpu = nic
 
     @classmethod
-    def from_cluster(cls, cluster, tiers: object = None) -> "Topology":
+    def from_cluster(cls, cluster, tiers: tuple[Tier, ...] | None = None) -> "Topology":
         return cls(cluster, tiers)
 
     @property

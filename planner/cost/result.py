@@ -4,11 +4,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from planner.units import GIB, fmt_time, fmt_tokens, gib
+
 __all__ = ["Estimate"]
 
 
 @dataclass(frozen=True)
 class Estimate:
+    """One prediction (SI units): what :func:`planner.estimate` returns.
+
+    ``parallel`` is the configuration priced (every engine default filled in, ``resolved``
+    names the fields the engine filled), ``engine`` the engine profile's name. ``as_dict()``
+    is the JSON form the CLI writes; ``repr`` is one short line; in a rich console the
+    estimate renders as a table.
+
+    >>> import planner
+    >>> est = planner.estimate(planner.load_model("llama3.1-8b"), planner.make_cluster("h100-sxm5-80gb", 8),
+    ...                        planner.Job(8192, 64), planner.ParallelConfig(tp=1, pp=1))
+    >>> repr(est).startswith("Estimate(step ")
+    True
+    """
+
     step_time_s: float
     tokens_per_s: float
     tflops_per_gpu: float
@@ -26,10 +42,51 @@ class Estimate:
     layers_per_stage: tuple
     bound: str
     notes: list = field(default_factory=list)
+    parallel: object = None  # planner.specs.ParallelConfig (resolved)
+    engine: str = ""
+    resolved: tuple = ()
 
     @property
     def fits(self) -> bool:
         return self.memory_peak_bytes <= self.memory_capacity_bytes
+
+    @property
+    def memory_allocated_peak_bytes(self) -> float:
+        """The peak of what tensors hold (``torch.cuda.max_memory_allocated``): the reserved peak
+        less the caching allocator's fragmentation reserve."""
+        return max((s.total_bytes - s.reserve_bytes for s in self.stages), default=0.0)
+
+    def __repr__(self) -> str:
+        par = self.parallel.short() if self.parallel is not None else "?"
+        return (f"Estimate(step {self.step_time_s:.4g} s, {self.tokens_per_s:,.0f} tok/s, MFU {100 * self.mfu:.1f}%, "
+                f"peak {self.memory_peak_bytes / GIB:.1f}/{self.memory_capacity_bytes / GIB:.1f} GiB"
+                f"{'' if self.fits else ' (does not fit)'}, {par}, {self.engine})")
+
+    def __rich__(self):
+        """A two-column rich table: the headline figures, then every non-zero term of the step."""
+        from rich import box  # noqa: PLC0415  (rich only when rendering)
+        from rich.table import Table  # noqa: PLC0415
+
+        t = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False, collapse_padding=True, show_header=False)
+        t.add_column("quantity", style="bold")
+        t.add_column("value", justify="right")
+        lps = self.layers_per_stage
+        rows = [
+            ("step time", fmt_time(self.step_time_s)),
+            ("tokens/s", fmt_tokens(self.tokens_per_s)),
+            ("TFLOP/s per GPU (model)", f"{self.tflops_per_gpu:.1f}"),
+            ("MFU / HFU", f"{100 * self.mfu:.1f}% / {100 * self.hfu:.1f}%"),
+            ("peak memory per GPU", f"{gib(self.memory_peak_bytes)} of {gib(self.memory_capacity_bytes)} GiB" + ("" if self.fits else "  (does NOT fit)")),
+            ("micro-batches", str(self.num_microbatches)),
+            ("layers per stage", ",".join(map(str, lps)) if len(lps) <= 12 else f"{lps[0]}..{lps[-1]} ({len(lps)} stages)"),
+            ("bound by", self.bound),
+        ]
+        for k, v in self.time_breakdown_s.items():
+            if v > 0:
+                rows.append(("  " + k.removesuffix("_s").replace("_", " "), fmt_time(v)))
+        for k, v in rows:
+            t.add_row(k, v)
+        return t
 
     def as_dict(self) -> dict:
         return {
@@ -45,11 +102,14 @@ class Estimate:
                 "hfu": "model FLOPs plus the recomputed forward (same full-square attention convention), over the dense 16-bit peak",
             },
             "memory_peak_bytes": self.memory_peak_bytes,
+            "memory_allocated_peak_bytes": self.memory_allocated_peak_bytes,
             "memory_capacity_bytes": self.memory_capacity_bytes,
             "fits": self.fits,
             "num_microbatches": self.num_microbatches,
             "layers_per_stage": list(self.layers_per_stage),
             "bound": self.bound,
+            "engine": self.engine,
+            "resolved_by_engine": list(self.resolved),
             "time_breakdown_s": dict(self.time_breakdown_s),
             "communication": list(self.comm),
             "stage_times_s": list(self.stage_times_s),

@@ -1,59 +1,61 @@
-"""Per-layer and per-stage quantities of one configuration: time per micro-batch (compute and
-exposed tensor/context/expert-parallel traffic), memory, and the once-per-step gradient
-synchronisation and optimizer. :func:`planner.cost.estimate.estimate` assembles them; the
-layer-split program (:mod:`planner.search.split`) evaluates them per stage."""
+"""Per-layer and per-stage quantities of one resolved configuration: time per micro-batch
+(compute and exposed tensor/context/expert-parallel traffic), memory, and the once-per-step
+work (gradient synchronisation as (seconds, compute window) parts, optimizer step).
+
+:func:`planner.cost.step.assemble` turns them into the step time; :func:`planner.cost.estimate.
+estimate` and the layer-split and mixed-cluster programs (:mod:`planner.search.split`,
+:mod:`planner.search.hetero`) all take them from here.
+"""
 
 from __future__ import annotations
 
 from functools import lru_cache
 
-from planner.cost import constants as C
 from planner.cost import memory as M
-from planner.cost.comm import alltoall_time, cp_ring_exposed, cp_ring_time, dp_collective_parts, group_links, moe_dispatch_bytes, p2p_time, tp_allreduce_time
+from planner.cost.comm import (GroupLinks, alltoall_time, cp_ring_exposed, cp_ring_time, dp_collective_parts, group_links,
+                               moe_dispatch_bytes, p2p_time, tp_allreduce_time)
 from planner.cost.compute import layer_times, logits_times, moe_load_factor
+from planner.cost.constants import Constants
 from planner.cost.flops import kv_exchange_width
+from planner.engines.profile import Engine
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
-__all__ = ["layer_costs", "stage_time_parts", "dense_counts", "stage_memory", "stage_sync", "overlap_exposed"]
+__all__ = ["layer_costs", "stage_time_parts", "dense_in", "dense_counts", "stage_memory", "stage_sync", "overlap_exposed",
+           "embedding_sync_time", "StageSync"]
 
 
-def _per_rank_links(g):
+def _per_rank_links(g: GroupLinks) -> GroupLinks:
     """The same group with one rank per domain: each rank drives only its own NIC share."""
-    from planner.cost.comm import GroupLinks  # noqa: PLC0415
-
     return GroupLinks(g.size, 1, g.size, g.intra, g.inter) if g.m > 1 else g
 
 
-def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, flash: bool) -> tuple:
+def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, C: Constants) -> tuple:
     """Per layer and micro-batch on one GPU: (dense costs, MoE costs, last-stage extra,
     per-stage pipeline send/recv, raw times), each cost a dict of seconds by kind.
 
     Cached on the fields that matter (not ZeRO or the layer split), so the search reuses it."""
     key = (par.tp, par.pp, par.dp, par.cp, par.ep, par.vpp, par.micro_batch_size, par.recompute,
-           par.sequence_parallel and par.tp > 1, par.tp_comm_overlap, par.async_tp_allreduce)
-    return _layer_costs(model, cluster, job, key, flash)
+           bool(par.sequence_parallel and par.tp > 1), bool(par.tp_comm_overlap), bool(par.async_tp_allreduce), par.attention == "flash")
+    return _layer_costs(model, cluster, job, key, C)
 
 
 @lru_cache(maxsize=65536)
-def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, flash: bool) -> tuple:
-    tp_, pp_, dp_, cp_, ep_, v_, mb_, rec_, sp_, tpo_, asy_ = key
-    par = ParallelConfig(tp=tp_, pp=pp_, dp=dp_, cp=cp_, ep=ep_, vpp=v_, micro_batch_size=mb_, recompute=rec_,
-                         sequence_parallel=sp_, tp_comm_overlap=tpo_, async_tp_allreduce=asy_)
+def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C: Constants) -> tuple:
+    tp, pp, dp, cp, ep, v, mb, rec, sp, tpo, asy, flash = key
     gpu = cluster.gpu
     prec = job.precision
-    mb, s, tp, cp, v = par.micro_batch_size, job.seq_len, par.tp, par.cp, par.vpp
-    links = group_links(cluster, par)
-    sp = par.sequence_parallel and tp > 1
+    s = job.seq_len
+    links = group_links(cluster, ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep))
     has_moe = model.moe is not None and model.moe_layers > 0
-    lt_d = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, False, par.ep)
-    lt_m = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, True, par.ep) if has_moe else lt_d
+    lt_d = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, False, ep, C=C)
+    lt_m = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, True, ep, C=C) if has_moe else lt_d
     act_bytes = mb * s / cp * model.hidden * 2  # one b*s*h activation in 16-bit
     t_tp = tp_allreduce_time(links["tp"], act_bytes, sp)
     tp_fwd = 2 * t_tp
     # The backward all-reduce of the input gradient overlaps the weight-gradient GEMM only with
     # Megatron's asynchronous TP all-reduce (Korthikanti 2022 sec. 5); legacy engines block.
-    tp_bwd = 2 * t_tp * (1 - C.TP_BWD_OVERLAP_FRACTION) if par.async_tp_allreduce else 2 * t_tp
-    if par.tp_comm_overlap and sp:
+    tp_bwd = 2 * t_tp * (1 - C.TP_BWD_OVERLAP_FRACTION) if asy else 2 * t_tp
+    if tpo and sp:
         # Transformer Engine's userbuffer overlap (Megatron-core --tp-comm-overlap) splits each
         # sequence-parallel all-gather / reduce-scatter into chunks pipelined with the adjacent
         # GEMM (Wang et al. 2022, "Overlap communication with dependent computation via
@@ -67,26 +69,26 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, f
     # overlapped with the attention of the resident blocks (comm.cp_ring_exposed)
     cp_fwd, cp_bwd = cp_ring_exposed(links["cp"], kv_chunk, lt_d.fwd_attn_s, lt_d.bwd_attn_s)
     # two all-to-all (dispatch, combine) per MoE layer and pass; not overlapped under 1F1B
-    ep_bytes = moe_dispatch_bytes(mb * s / cp, model.hidden, model.moe.top_k, moe_load_factor(model, par.ep)) if has_moe else 0.0
+    ep_bytes = moe_dispatch_bytes(mb * s / cp, model.hidden, model.moe.top_k, moe_load_factor(model, ep, C)) if has_moe else 0.0
     t_a2a = alltoall_time(links["ep"], ep_bytes) if has_moe else 0.0
-    full = par.recompute == "full"
+    full = rec == "full"
 
     def cost(lt, moe: bool) -> dict[str, float]:
         a2a = 2 * t_a2a if moe else 0.0
-        rec = lt.fwd_s if full else (lt.fwd_attn_s if par.recompute == "selective" else 0.0)
+        recomp = lt.fwd_s if full else (lt.fwd_attn_s if rec == "selective" else 0.0)
         return {
             "compute": lt.fwd_s + lt.bwd_s,
-            "recompute": rec,
+            "recompute": recomp,
             "tp_comm": tp_fwd + tp_bwd + (tp_fwd if full else 0.0),
             "cp_comm": cp_fwd + cp_bwd + (cp_fwd if full else 0.0),
             "ep_comm": 2 * a2a + (a2a if full else 0.0),
         }
 
-    lg_f, lg_b = logits_times(model, gpu, prec, mb, s, tp, cp)
+    lg_f, lg_b = logits_times(model, gpu, prec, mb, s, tp, cp, C)
     t_p2p = p2p_time(links["pp"], act_bytes / tp)
     raw = {"t_tp": t_tp, "t_cp": t_cp_f, "t_a2a": t_a2a, "t_p2p": t_p2p, "bwd_dense_s": lt_d.bwd_s, "fwd_dense_s": lt_d.fwd_s,
            "tp_fwd_exposed_s": tp_fwd, "tp_bwd_exposed_s": tp_bwd}
-    return cost(lt_d, False), cost(lt_m, True), lg_f + lg_b, (2 * v * t_p2p if par.pp > 1 else 0.0), raw
+    return cost(lt_d, False), cost(lt_m, True), lg_f + lg_b, (2 * v * t_p2p if pp > 1 else 0.0), raw
 
 
 def stage_time_parts(costs: tuple, n: int, n_dense: int, last: bool) -> dict[str, float]:
@@ -99,28 +101,36 @@ def stage_time_parts(costs: tuple, n: int, n_dense: int, last: bool) -> dict[str
     return parts
 
 
+def dense_in(model: ModelSpec, first: int, n: int) -> int:
+    """Dense layers among the ``n`` layers that start at layer index ``first``: the first
+    ``layers - moe_layers`` layers of a model are dense (DeepSeek-V3's layout), all of a dense
+    model's are."""
+    return max(0, min(n, model.dense_layers - first))
+
+
 def dense_counts(model: ModelSpec, lps: tuple) -> list[int]:
-    """Dense layers on each stage: the first ``layers - moe_layers`` layers are dense."""
-    dense = model.layers - model.moe_layers
+    """Dense layers on each stage of the split ``lps`` (layers placed in order)."""
     out, first = [], 0
     for n in lps:
-        out.append(max(0, min(n, dense - first)))
+        out.append(dense_in(model, first, n))
         first += n
     return out
 
 
-def stage_memory(model: ModelSpec, job: Job, par: ParallelConfig, flash: bool, stage: int, n: int, params: dict, m: int) -> M.StageMemory:
+def stage_memory(model: ModelSpec, job: Job, par: ParallelConfig, stage: int, n: int, params: dict, m: int, C: Constants,
+                 engine: Engine) -> M.StageMemory:
     """Bytes per GPU on pipeline stage ``stage`` holding ``n`` layers whose parameters are
     ``params`` (from :func:`planner.cost.memory.stage_params`) with ``m`` micro-batches."""
     mb, s, tp, cp, pp, v = par.micro_batch_size, job.seq_len, par.tp, par.cp, par.pp, par.vpp
-    sp = par.sequence_parallel and tp > 1
+    sp = bool(par.sequence_parallel and tp > 1)
+    flash = par.attention == "flash"
     has_moe = model.moe is not None and model.moe_layers > 0
     shard = par.zero_shard_degree or par.dp * par.cp
-    bpp = M.bytes_per_param(job.precision, par.zero, shard, job.grad_reduce)
-    bpp_e = M.bytes_per_param(job.precision, par.zero, max(1, shard // par.ep), job.grad_reduce)
-    load = moe_load_factor(model, par.ep)
-    a_layer = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, par.recompute, flash, has_moe, job.precision, load)
-    a_full = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, "none", flash, has_moe, job.precision, load) if par.recompute == "full" else 0.0
+    bpp = M.bytes_per_param(job.precision, par.zero, shard, job.grad_reduce, C)
+    bpp_e = M.bytes_per_param(job.precision, par.zero, max(1, shard // par.ep), job.grad_reduce, C)
+    load = moe_load_factor(model, par.ep, C)
+    a_layer = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, par.recompute, flash, has_moe, job.precision, load, C=C)
+    a_full = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, "none", flash, has_moe, job.precision, load, C=C) if par.recompute == "full" else 0.0
     dense_p = params["layers"] + params["embedding"] + params["output"]
     w = dense_p * bpp["weights"] + params["experts"] * bpp_e["weights"]
     g = dense_p * bpp["gradients"] + params["experts"] * bpp_e["gradients"]
@@ -133,25 +143,32 @@ def stage_memory(model: ModelSpec, job: Job, par: ParallelConfig, flash: bool, s
         u = 1.0 / tp if sp else 1.0
         acts += mb * s / cp * model.hidden * 2 * u * inflight * (1.5 if model.bias else 1.0)  # embedding output (+ dropout mask)
     logits = 6.0 * mb * s / cp * model.vocab / tp if stage == pp - 1 else 0.0  # 16-bit logits + fp32 softmax
-    buffers = M.framework_buffers_bytes()
+    buffers = C.FRAMEWORK_BUFFER_BYTES
     gathered = 2 * 2 * (params["layers"] + params["experts"]) / max(1, n) if par.zero >= 3 else 0.0  # two layers in 16-bit (prefetch)
     buffers += gathered
     # Fragmentation comes from what is allocated and freed every micro-batch; the model states
-    # live in buffers allocated once (constants.ALLOCATOR_RESERVE_FRACTION).
+    # live in buffers allocated once (Constants.ALLOCATOR_RESERVE_FRACTION).
     reserve = C.ALLOCATOR_RESERVE_FRACTION * (acts + logits + gathered)
     return M.StageMemory(stage, n, w, g, o, acts, logits, buffers, reserve)
 
 
-def overlap_exposed(comm_s: float, window_s: float) -> float:
+def overlap_exposed(comm_s: float, window_s: float, C: Constants) -> float:
     """What stays of ``comm_s`` when it runs beside ``window_s`` of compute: the shared overlap
-    efficiency of the shorter of the two is hidden (the rule used for every overlap)."""
+    efficiency of the shorter of the two is hidden (the rule used for every overlap). A window
+    of 0 means the communication is not overlapped."""
     return comm_s - C.COMM_COMPUTE_OVERLAP_EFFICIENCY * min(comm_s, window_s)
 
 
+class StageSync(dict):
+    """Once-per-step work of one stage (a dict, seconds): ``parts`` ((comm, window) pairs whose
+    exposed time is :func:`overlap_exposed`; window 0 = not overlapped), ``exposed_s`` (their
+    sum), ``total_s`` (communication time, hidden or not), ``optimizer_s``."""
+
+
 def stage_sync(cluster: ClusterSpec, job: Job, par: ParallelConfig, params: dict, n: int, stage_time_s: float, m: int,
-               bwd_layer_s: float, fwd_layer_s: float = 0.0) -> dict:
-    """Once-per-step work of one stage: gradient synchronisation (total, exposed, and its
-    ``dp_parts``: (seconds, compute window) pairs), ZeRO-3 gathers, and the optimizer step.
+               bwd_layer_s: float, fwd_layer_s: float, C: Constants, engine: Engine) -> StageSync:
+    """Once-per-step work of one stage: gradient synchronisation and ZeRO-3 gathers as
+    (seconds, compute window) parts, and the optimizer step.
 
     The gradient reduction runs beside the last micro-batch's backward on this stage
     (``overlap_grad_reduce``: Megatron ``--overlap-grad-reduce``, DeepSpeed ``overlap_comm``).
@@ -171,32 +188,42 @@ def stage_sync(cluster: ClusterSpec, job: Job, par: ParallelConfig, params: dict
         el = group_links(cluster, ParallelConfig(tp=par.tp, cp=1, dp=exp_dp, pp=1))["dp"]
         r2, g2 = dp_collective_parts(el, exp_p * grad_b, exp_p * 2, min(par.zero, 2))
         red, gat = red + r2, gat + g2
-    t_dp = red + gat
     bwd_w, fwd_w = n * bwd_layer_s, n * fwd_layer_s
-    if par.overlap_param_gather and par.zero in (1, 2):
+    if not par.overlap_grad_reduce:
+        parts: tuple = ((red + gat, 0.0),)
+    elif par.overlap_param_gather and par.zero in (1, 2):
         parts = ((red, bwd_w), (gat, fwd_w))
     else:
-        parts = ((t_dp, bwd_w),)
-    exposed = sum(overlap_exposed(s, w) for s, w in parts) if par.overlap_grad_reduce else t_dp
-    eta = C.COMM_COMPUTE_OVERLAP_EFFICIENCY
-    zero3 = 0.0
+        parts = ((red + gat, bwd_w),)
     if par.zero >= 3:
         # Weights gathered per layer in forward, backward (and the recomputed forward), every
         # micro-batch, gradients reduce-scattered per layer (Rajbhandari 2020 sec. 7.2.2). These
         # per-module collectives run rank by rank through the rank's own NIC share (k = 1), not
         # as one node-aggregated ring; prefetching overlaps them with compute at the shared
-        # overlap efficiency.
+        # overlap efficiency; the first layer's gather has nothing to hide behind.
         gathers = 3 if par.recompute == "full" else 2
         z3 = _per_rank_links(links["dp_cp"])
         layer_p = (dense_p + exp_p) / max(1, n)
         t_g = z3.time("allgather", layer_p * 2)
         t_rs = z3.time("reducescatter", layer_p * grad_b)
         comm = n * (gathers * t_g + t_rs)
-        zero3 = m * (comm - eta * min(comm, stage_time_s)) + t_g
-        exposed = 0.0
+        parts = ((m * comm, m * stage_time_s), (t_g, 0.0))
     held = (dense_p + exp_p) / (shard if par.zero >= 1 else 1)
     opt = held * C.OPTIMIZER_BYTES_PER_PARAM / (gpu.hbm_bandwidth_bytes_per_s * C.HBM_STREAM_EFFICIENCY)
     if job.precision == "fp8":  # FP8 cast-transpose of the updated weights, once per step (TE weight cache)
         local = (dense_p + exp_p) / (shard if par.zero >= 3 else 1)
         opt += local * C.FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT / (gpu.hbm_bandwidth_bytes_per_s * C.HBM_STREAM_EFFICIENCY)
-    return {"dp_s": t_dp, "dp_exposed_s": exposed, "dp_parts": parts, "zero3_exposed_s": zero3, "optimizer_s": opt}
+    exposed = sum(overlap_exposed(s_, w_, C) for s_, w_ in parts)
+    return StageSync(parts=parts, exposed_s=exposed, total_s=sum(s_ for s_, _ in parts), optimizer_s=opt)
+
+
+def embedding_sync_time(model: ModelSpec, par: ParallelConfig, grad_bytes: float, pp_links: GroupLinks, crosses_network: bool | None = None) -> float:
+    """All-reduce of the tied embedding's gradient between the first and the last stage
+    (Megatron's embedding group: two ranks, on the level the pipeline group crosses, or on the
+    network when ``crosses_network``). Zero without pipeline parallelism or untied embeddings."""
+    if par.pp <= 1 or not model.tied_embeddings:
+        return 0.0
+    emb_bytes = model.vocab * model.hidden / par.tp * grad_bytes
+    net = pp_links.m > 1 if crosses_network is None else crosses_network
+    pair = GroupLinks(2, 1, 2, pp_links.intra, pp_links.inter) if net else GroupLinks(2, 2, 1, pp_links.intra, pp_links.inter)
+    return pair.time("allreduce", emb_bytes)

@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from planner.errors import InputError
+from planner.cost.rules import tp_rule
+from planner.engines import get_engine, resolve
+from planner.io.loaders import make_cluster, model_from_dict
 from planner.specs import Job, ModelSpec, MoESpec, ParallelConfig, job_options
 
 __all__ = [
@@ -131,21 +134,12 @@ class PlanView:
 
 
 def _model_from(doc_model: dict) -> tuple[str, ModelSpec]:
+    """The plan document's model block as (id, ModelSpec), read by the loaders' own function."""
     if not isinstance(doc_model, dict):
         raise InputError("model", doc_model, "an object")
-    moe = doc_model.get("moe")
-    moe_spec = None
-    if moe is not None:
-        if not isinstance(moe, dict):
-            raise InputError("model.moe", moe, "an object or null")
-        keys = ("experts", "top_k", "expert_ffn_hidden", "shared_experts", "dense_layers")
-        moe_spec = MoESpec(**{k: moe[k] for k in keys if k in moe})
-    kwargs = {k: _get(doc_model, k, "model") for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab")}
-    for k in ("mlp", "tied_embeddings", "head_dim", "bias", "norm"):
-        if doc_model.get(k) is not None:
-            kwargs[k] = doc_model[k]
     model_id = str(doc_model.get("id") or doc_model.get("name") or "model")
-    return model_id, ModelSpec(name=str(doc_model.get("name") or model_id), moe=moe_spec, **kwargs)
+    fields = {k: v for k, v in doc_model.items() if v is not None}
+    return model_id, model_from_dict(fields, "plan.model", strict=False)
 
 
 def load_plan_view(plan_doc: dict, rank: int = 1) -> PlanView:
@@ -167,11 +161,16 @@ def load_plan_view(plan_doc: dict, rank: int = 1) -> PlanView:
     job = Job(seq_len=_get(j, "seq_len", "job"), global_batch_size=_get(j, "global_batch_size", "job"), **job_options(j))
     par = _get(chosen, "parallel", f"plans[rank={rank}]")
     keys = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "sequence_parallel", "zero", "schedule", "tp_comm_overlap",
-            "overlap_grad_reduce", "overlap_param_gather")
+            "async_tp_allreduce", "overlap_grad_reduce", "overlap_param_gather", "attention", "zero_shard_degree")
     pkw = {k: par[k] for k in keys if isinstance(par, dict) and par.get(k) is not None}
     lps = par.get("layers_per_stage") if isinstance(par, dict) else None
     parallel = ParallelConfig(layers_per_stage=tuple(lps) if lps is not None else None, **pkw)
     hw = _get(plan_doc, "hardware", "plan")
+    # Fields a document leaves out are the engine's defaults, resolved as estimate() does.
+    engine = get_engine(plan_doc.get("engine"))
+    cluster = make_cluster(str(hw.get("gpu", "h100-sxm5-80gb")), _get(hw, "num_gpus", "hardware"), hw.get("gpus_per_node"),
+                           hw.get("inter_node"), hw.get("intra_node"))
+    parallel = resolve(parallel, model, cluster, job, engine)[0]
     num_gpus = _get(hw, "num_gpus", "hardware")
     gpn = hw.get("gpus_per_node", 8)
     for name, v in (("hardware.num_gpus", num_gpus), ("hardware.gpus_per_node", gpn)):
@@ -203,10 +202,7 @@ def _check_common(v: PlanView) -> None:
     if p.micro_batch_size * p.dp * v.num_microbatches != j.global_batch_size:
         raise InputError("job.global_batch_size", j.global_batch_size,
                          f"micro_batch_size x dp x num_microbatches = {p.micro_batch_size} x {p.dp} x {v.num_microbatches}")
-    if m.heads % p.tp:
-        raise InputError("parallel.tp", p.tp, f"a divisor of the attention heads ({m.heads})")
-    if m.kv_heads % p.tp and p.tp % m.kv_heads:
-        raise InputError("parallel.tp", p.tp, f"a multiple or divisor of the KV heads ({m.kv_heads})")
+    tp_rule(m, p.tp)
     if p.cp > 1 and j.seq_len % (2 * p.cp):
         raise InputError("job.seq_len", j.seq_len, f"a multiple of 2 x cp ({2 * p.cp})")
     if p.ep > 1:

@@ -17,7 +17,9 @@ from planner.cost.constants import LINK_DEFAULTS
 from planner.errors import InputError
 from planner.io.presets import read_preset
 from planner.io import schema as V
+from planner.search.hetero import GpuGroup, HeteroCluster
 from planner.specs import (
+    Tier,
     ClusterSpec,
     GpuSpec,
     InterNodeNetwork,
@@ -228,9 +230,7 @@ def make_cluster(
     intra.setdefault("domain_size", max(gpn, int((intra_node or {}).get("domain_size", gpn))))
     tiers = ()
     if inter_node and inter_node.get("tiers") is not None:
-        from planner.cost.network import tiers_from_list  # noqa: PLC0415
-
-        tiers = tuple(tiers_from_list(inter_node["tiers"]))
+        tiers = tiers_from_list(inter_node["tiers"])
     return ClusterSpec(name=name, gpu=g, num_gpus=num_gpus, gpus_per_node=gpn, intra=_intra(g, intra), inter=_inter(inter_node), tiers=tiers)
 
 
@@ -324,3 +324,72 @@ def parallel_from_dict(d: dict) -> ParallelConfig:
 
 __all__.append("parallel_from_dict")
 __all__.append("gpu_from_dict")
+
+
+# --- Switch tiers -------------------------------------------------------------------------------
+
+_TIER_KEYS = {"name", "nodes", "oversubscription"}
+
+
+def tiers_from_list(raw: object) -> tuple[Tier, ...]:
+    """Tiers from the YAML form: a list of mappings, or ``{"tiers": [...]}`` (``inter_node``)."""
+    if isinstance(raw, dict):
+        raw = raw.get("tiers")
+    if raw is None:
+        return ()
+    if not isinstance(raw, (list, tuple)) or not raw:
+        raise InputError("inter_node.tiers", raw, "a non-empty list of {name, nodes, oversubscription}")
+    out: list[Tier] = []
+    for i, t in enumerate(raw):
+        if isinstance(t, Tier):
+            out.append(t)
+            continue
+        if not isinstance(t, dict):
+            raise InputError(f"inter_node.tiers[{i}]", t, "a mapping with name, nodes, oversubscription")
+        bad = sorted(set(t) - _TIER_KEYS)
+        if bad:
+            raise InputError(f"inter_node.tiers[{i}].{bad[0]}", t[bad[0]], "one of name, nodes, oversubscription")
+        out.append(Tier(str(t.get("name", f"tier{i}")), t.get("nodes"), t.get("oversubscription", 1.0)))
+    for i, t in enumerate(out[:-1]):
+        if t.nodes is None:
+            raise InputError(f"inter_node.tiers[{i}].nodes", None, "a node count (only the top tier may omit it)")
+    sizes = [t.nodes for t in out if t.nodes is not None]
+    if any(b <= a for a, b in zip(sizes, sizes[1:])):
+        raise InputError("inter_node.tiers[].nodes", sizes, "node counts increasing from the bottom tier up")
+    return tuple(out)
+
+
+
+__all__.append("tiers_from_list")
+
+
+# --- Mixed clusters ----------------------------------------------------------------------------
+
+def load_hetero(path: str | Path):
+    """A mixed cluster file ``{name, groups: [{gpu, count[, gpus_per_node, inter_node]}],
+    network: {kind, gbps_per_nic, nics_per_node}}`` as a :class:`planner.search.hetero.HeteroCluster`."""
+    d = read_mapping(path)
+    groups = d.get("groups")
+    if not isinstance(groups, list) or not groups:
+        raise InputError(f"{path}.groups", groups, "a non-empty list of {gpu, count}")
+    net = d.get("network")
+    if net is not None and not isinstance(net, dict):
+        raise InputError(f"{path}.network", net, "a mapping {kind, gbps_per_nic, nics_per_node}")
+    out = []
+    for i, g in enumerate(groups):
+        w = f"{path}.groups[{i}]"
+        if not isinstance(g, dict) or "gpu" not in g:
+            raise InputError(w, g, "a mapping with gpu and count")
+        gpu = load_gpu(str(g["gpu"]))
+        count = g.get("count")
+        gpn = g.get("gpus_per_node", gpu.gpus_per_node)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise InputError(f"{w}.count", count, "a positive integer")
+        if isinstance(gpn, bool) or not isinstance(gpn, int) or gpn < 1 or (count > gpn and count % gpn):
+            raise InputError(f"{w}.gpus_per_node", gpn, f"a positive integer dividing count ({count})")
+        cluster = make_cluster(gpu, count, gpn, g.get("inter_node", net), name=f"{d.get('name', Path(path).stem)}/{gpu.id}")
+        out.append(GpuGroup(cluster, count))
+    return HeteroCluster(str(d.get("name", Path(path).stem)), tuple(out))
+
+
+__all__.append("load_hetero")

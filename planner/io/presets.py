@@ -7,13 +7,12 @@ installed wheel they are the packages ``planner._hwspecs`` and ``planner._models
 
 from __future__ import annotations
 
-import difflib
 from functools import lru_cache
 from pathlib import Path
 
 import yaml
 
-from planner.errors import InputError
+from planner.errors import InputError, suggest
 
 __all__ = ["preset_dir", "preset_ids", "read_preset", "suggest"]
 
@@ -36,11 +35,6 @@ def preset_ids(kind: str) -> tuple[str, ...]:
     return tuple(sorted(p.stem for p in folder.glob("*.yaml")))
 
 
-def suggest(name: str, choices: tuple[str, ...] | list[str]) -> str:
-    close = difflib.get_close_matches(name.lower(), list(choices), n=3, cutoff=0.4)
-    if not close:
-        close = [c for c in choices if name.lower() in c][:3]
-    return ("did you mean " + ", ".join(close) + "?") if close else ""
 
 
 @lru_cache(maxsize=None)

@@ -1,14 +1,9 @@
 """Validation at the edge: file schemas, and why no parallel configuration is admissible.
 
-Two jobs, both ending in :class:`planner.errors.InputError` (field, value, expected):
-
-* :func:`check_mapping` checks one mapping read from a file (model, GPU, cluster, runs file)
-  against a small hand-written schema before :mod:`planner.io.loaders` converts units: unknown
-  keys, missing keys, wrong types, zero / negative / NaN / absurd values.
-* :func:`explain_no_candidates` is called by the search when the candidate space is empty and
-  names the first engine rule that empties it (a fixed ``tp`` that does not divide the heads,
-  degrees that do not multiply to the GPU count, a batch that no data-parallel degree
-  divides, ...), in the order :mod:`planner.search.space` applies them.
+:func:`check_mapping` checks one mapping read from a file (model, GPU, cluster, runs file)
+against a small hand-written schema before :mod:`planner.io.loaders` converts units: unknown
+keys, missing keys, wrong types, zero / negative / NaN / absurd values, each ending in one
+:class:`planner.errors.InputError` (field, value, expected).
 """
 
 from __future__ import annotations
@@ -32,8 +27,6 @@ __all__ = [
     "MEASURED_SCHEMA",
     "check_mapping",
     "check_value",
-    "check_fixed",
-    "explain_no_candidates",
 ]
 
 # --- value kinds -----------------------------------------------------------------------------
@@ -85,7 +78,7 @@ MLP = _choice("gelu", "swiglu", "relu2")
 NORM = _choice("layernorm", "rmsnorm")
 PRECISION = _choice("fp16", "bf16", "fp8")
 INTRA_KIND = _choice("nvswitch", "nvlink", "pcie", "xgmi")
-INTER_KIND = _choice("infiniband", "roce", "ethernet", "omnipath")
+INTER_KIND = _choice("infiniband", "roce", "ethernet", "omnipath", "none")
 RECOMPUTE = _choice("none", "selective", "full")
 SCHEDULE = _choice("1f1b", "interleaved", "gpipe", "zb")
 ZERO = (lambda v: _is_int(v) and v in (0, 1, 2, 3), "0, 1, 2 or 3")
@@ -190,126 +183,3 @@ def check_mapping(data: object, schema: Schema, where: str) -> None:
                 raise InputError(f"{where}.{key}", None, "a value (required field missing)")
             continue
         check_value(f"{where}.{key}", data[key], kind)
-
-
-# --- why the candidate space is empty --------------------------------------------------------
-
-def _divisors(n: int) -> list[int]:
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
-
-
-def check_fixed(model, cluster, job, opts) -> None:
-    """Raise InputError when a fixed field of ``opts`` (SearchOptions) breaks an engine rule on
-    its own, whatever the free fields: called before the search, names the specific rule."""
-    fixed = {k: v for k, v in (opts.fixed or {}).items() if v is not None}
-    allow_tp_across_nodes = opts.allow_tp_across_nodes
-    for name in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size"):
-        if name in fixed:
-            check_value(f"parallel.{name}", fixed[name], "int+")
-    if "zero" in fixed:
-        check_value("parallel.zero", fixed["zero"], ZERO)
-    if "recompute" in fixed:
-        check_value("parallel.recompute", fixed["recompute"], RECOMPUTE)
-    if "sequence_parallel" in fixed:
-        check_value("parallel.sequence_parallel", fixed["sequence_parallel"], "bool")
-    n = cluster.num_gpus
-    tp, pp, dp, cp, ep = (fixed.get(k) for k in ("tp", "pp", "dp", "cp", "ep"))
-    vpp, mb, sp, zero = (fixed.get(k) for k in ("vpp", "micro_batch_size", "sequence_parallel", "zero"))
-    for name, deg in (("tp", tp), ("pp", pp), ("dp", dp), ("cp", cp)):
-        if deg is not None and n % deg:
-            raise InputError(f"parallel.{name}", deg, f"a divisor of the GPU count ({n})")
-    if tp is not None:
-        if model.heads % tp:
-            raise InputError("parallel.tp", tp, f"a divisor of the attention heads ({model.heads})")
-        if not model.is_mla and model.kv_heads % tp and tp % model.kv_heads:
-            raise InputError("parallel.tp", tp, f"a divisor or multiple of the KV heads ({model.kv_heads})")
-        if not allow_tp_across_nodes and tp > cluster.nvlink_domain:
-            raise InputError("parallel.tp", tp, f"at most the NVLink domain ({cluster.nvlink_domain} GPUs), or --allow-tp-across-nodes")
-        if tp == 1 and sp:
-            raise InputError("parallel.sequence_parallel", sp, "false when tp = 1")
-    if cp is not None and cp > 1 and job.seq_len % (2 * cp):
-        raise InputError("parallel.cp", cp, f"2*cp dividing the sequence length ({job.seq_len})")
-    if pp is not None and pp > model.layers:
-        raise InputError("parallel.pp", pp, f"at most the layer count ({model.layers})")
-    if dp is not None and job.global_batch_size % dp:
-        raise InputError("parallel.dp", dp, f"a divisor of the global batch ({job.global_batch_size})")
-    if mb is not None:
-        if job.global_batch_size % mb:
-            raise InputError("parallel.micro_batch_size", mb, f"a divisor of the global batch ({job.global_batch_size})")
-        if dp is not None and job.global_batch_size % (mb * dp):
-            raise InputError("parallel.micro_batch_size", mb, f"micro_batch_size * dp ({mb}*{dp}) dividing the global batch {job.global_batch_size}")
-    if ep is not None and ep > 1:
-        if model.moe is None:
-            raise InputError("parallel.ep", ep, "1 for a dense model")
-        if model.moe.experts % ep:
-            raise InputError("parallel.ep", ep, f"a divisor of the experts ({model.moe.experts})")
-    if vpp is not None and vpp > 1:
-        if pp == 1:
-            raise InputError("parallel.vpp", vpp, "1 without pipeline parallelism (pp = 1)")
-        if pp is not None:
-            # The search's rule (planner.search.space): equal stages need v | L/pp; otherwise
-            # stages differ by whole chunks, so v | L and at least one chunk per virtual stage.
-            base, rem = divmod(model.layers, pp)
-            if (rem == 0 and base % vpp) or (rem and (model.layers % vpp or model.layers < pp * vpp)):
-                raise InputError("parallel.vpp", vpp, f"a divisor of the layers per stage ({model.layers} layers / pp {pp})"
-                                 if rem == 0 else f"a divisor of the layers ({model.layers}) with at least one chunk per virtual stage")
-        elif model.layers % vpp:
-            raise InputError("parallel.vpp", vpp, f"a divisor of the layers per stage ({model.layers} layers)")
-    if zero is not None and zero >= 2 and pp is not None and pp > 1:
-        raise InputError("parallel.zero", zero, "0 or 1 with pipeline parallelism (pp > 1)")
-    fixed_deg = [(k, fixed[k]) for k in ("tp", "pp", "dp", "cp") if fixed.get(k) is not None]
-    prod = math.prod(v for _, v in fixed_deg)
-    if fixed_deg and (n % prod or (len(fixed_deg) == 4 and prod != n)):
-        expr = "*".join(k for k, _ in fixed_deg) + " = " + "*".join(str(v) for _, v in fixed_deg) + f" = {prod}"
-        raise InputError("parallel", expr, f"{'equal to' if len(fixed_deg) == 4 else 'a divisor of'} the GPU count ({n})")
-
-
-def explain_no_candidates(model, cluster, job, opts) -> InputError:
-    """The InputError naming the first rule that leaves no parallel configuration."""
-    fixed = {k: v for k, v in (opts.fixed or {}).items() if v is not None}
-    try:
-        check_fixed(model, cluster, job, opts)
-    except InputError as exc:
-        return exc
-    n = cluster.num_gpus
-    # Every (tp, cp, pp) the rules allow on their own, then dp = n / (tp cp pp) dividing the batch.
-    tps = [t for t in _divisors(n) if model.heads % t == 0 and (model.is_mla or model.kv_heads % t == 0 or t % model.kv_heads == 0)]
-    if not opts.allow_tp_across_nodes:
-        tps = [t for t in tps if t <= cluster.nvlink_domain]
-    cps = [c for c in _divisors(n) if c <= opts.max_cp and (c == 1 or job.seq_len % (2 * c) == 0)]
-    pps = [p for p in _divisors(n) if p <= model.layers]
-    tps = [fixed["tp"]] if "tp" in fixed else tps
-    cps = [fixed["cp"]] if "cp" in fixed else cps
-    pps = [fixed["pp"]] if "pp" in fixed else pps
-    dps = sorted({n // (t * c * p) for t in tps for c in cps for p in pps if n % (t * c * p) == 0})
-    if "dp" in fixed:
-        dps = [d for d in dps if d == fixed["dp"]]
-    if not dps:
-        return InputError("parallel", fixed or "(none fixed)", f"degrees tp*pp*dp*cp multiplying to the GPU count ({n}) with the other fields")
-    ok = [d for d in dps if job.global_batch_size % d == 0]
-    if not ok:
-        return InputError(
-            "job.global_batch_size", job.global_batch_size,
-            f"a multiple of the data-parallel degree; the smallest dp on {n} GPUs is {dps[0]} "
-            f"(tp <= {max(tps)}, pp <= {max(pps)}, cp <= {max(cps)})",
-        )
-    if "micro_batch_size" in fixed:
-        mb = fixed["micro_batch_size"]
-        if not any((job.global_batch_size // d) % mb == 0 for d in ok):
-            return InputError("parallel.micro_batch_size", mb, f"micro_batch_size * dp dividing the global batch ({job.global_batch_size}) for some dp in {ok[:8]}")
-    if model.moe is not None and "ep" in fixed:
-        ep = fixed["ep"]
-        if not any((d * c) % ep == 0 for d in ok for c in cps):
-            return InputError("parallel.ep", ep, "a divisor of dp*cp for some admissible dp and cp")
-    if fixed.get("zero", 0) >= 2 and all(p > 1 for p in pps):
-        return InputError("parallel.zero", fixed["zero"], "0 or 1 with pipeline parallelism (pp > 1)")
-    if fixed.get("vpp", 1) > 1:
-        return InputError("parallel.vpp", fixed["vpp"], "a degree for which pp divides the layers and the micro-batch count (interleaved 1F1B)")
-    if fixed.get("sequence_parallel") and all(t == 1 for t in tps):
-        return InputError("parallel.sequence_parallel", True, "false when tp = 1")
-    return InputError(
-        "parallel", fixed or "(none fixed)",
-        f"a configuration the engines accept for {n} GPUs (degrees multiplying to the GPU count, "
-        "heads divisible by tp, batch divisible by micro-batch x dp)",
-    )

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from rich.console import Group
 from rich.text import Text
 
+from planner.cost.constants import DEFAULT_CONSTANTS, Constants
 from planner.cost.estimate import estimate
 from planner.cost.result import Estimate
 from planner.errors import InputError
@@ -127,7 +128,7 @@ def neighbours(par: ParallelConfig) -> list[tuple[str, dict]]:
     return out
 
 
-def _try(model, cluster, job, par: ParallelConfig, flash: bool, fields: dict) -> tuple[ParallelConfig, Estimate] | None:
+def _try(model, cluster, job, par: ParallelConfig, engine: str, C: Constants, fields: dict) -> tuple[ParallelConfig, Estimate] | None:
     """The neighbour's estimate, or None when the engines would reject it. A changed pp drops
     the layer split and the interleaving it can no longer divide."""
     attempts = []
@@ -135,24 +136,27 @@ def _try(model, cluster, job, par: ParallelConfig, flash: bool, fields: dict) ->
         attempts = [{**fields, "layers_per_stage": None}, {**fields, "layers_per_stage": None, "vpp": 1}]
     else:
         attempts = [fields, {**fields, "layers_per_stage": None}]
+    # The engine re-decides its own fields (sequence parallelism, overlaps) for the neighbour.
+    free = {k: None for k in ("sequence_parallel", "tp_comm_overlap", "overlap_param_gather", "schedule") if k not in fields}
     for f in attempts:
         try:
-            cand = replace(par, **f)
+            cand = replace(par, **{**free, **f})
             if cand.vpp == 1 and cand.schedule == "interleaved":
                 cand = replace(cand, schedule="1f1b")
-            return cand, estimate(model, cluster, job, cand, flash_attention=flash)
+            e = estimate(model, cluster, job, cand, engine, C)
+            return e.parallel, e
         except InputError:
             continue
     return None
 
 
-def changes(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, flash: bool,
+def changes(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, engine: str, C: Constants,
             base: Estimate, k: int = 3) -> list[Change]:
     """The ``k`` most helpful one-knob changes: fastest that fit first, then those that do not."""
     seen = set()
     found: list[Change] = []
     for label, fields in neighbours(par):
-        got = _try(model, cluster, job, par, flash, fields)
+        got = _try(model, cluster, job, par, engine, C, fields)
         if got is None or got[0] in seen:
             continue
         seen.add(got[0])
@@ -161,10 +165,12 @@ def changes(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfi
     return found[:k]
 
 
-def explain(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, flash: bool,
-            est: Estimate | None = None, k: int = 3) -> Explanation:
-    e = est or estimate(model, cluster, job, par, flash_attention=flash)
-    return Explanation(par, e, time_rows(e), changes(model, cluster, job, par, flash, e, k))
+def explain(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, engine: str | None = None,
+            constants: Constants | None = None, est: Estimate | None = None, k: int = 3) -> Explanation:
+    """Why the configuration ``par`` takes its time and memory, and the ``k`` best one-knob changes."""
+    C = constants or DEFAULT_CONSTANTS
+    e = est or estimate(model, cluster, job, par, engine, C)
+    return Explanation(e.parallel, e, time_rows(e), changes(model, cluster, job, e.parallel, e.engine, C, e, k))
 
 
 def _time_table(x: Explanation):

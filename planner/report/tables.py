@@ -19,13 +19,14 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from planner.units import GIB, fmt_time, fmt_tokens, gib  # noqa: F401  (re-exported for report/ and cli/)
+
 __all__ = [
     "busy",
     "console", "err_console", "plans_table", "plans_view", "estimate_table", "validation_table",
     "gib", "fmt_time", "fmt_tokens", "short_link", "short_bound", "compact_table", "track",
 ]
 
-GIB = 2**30
 T = TypeVar("T")
 
 
@@ -36,31 +37,6 @@ def console() -> Console:
 
 def err_console() -> Console:
     return Console(stderr=True, highlight=False)
-
-
-def gib(nbytes: float) -> str:
-    return f"{nbytes / GIB:.1f}"
-
-
-def fmt_time(seconds: float) -> str:
-    if seconds >= 100:
-        return f"{seconds:.0f} s"
-    if seconds >= 1:
-        return f"{seconds:.2f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.0f} ms" if seconds >= 0.1 else f"{seconds * 1e3:.1f} ms"
-    if seconds > 0:
-        return f"{seconds * 1e6:.0f} us"
-    return "0"
-
-
-def fmt_tokens(x: float) -> str:
-    """Three significant digits with k/M/G: 71.8k, 1.23M."""
-    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if x >= scale:
-            v = x / scale
-            return f"{v:#.3g}{unit}" if v < 100 else f"{v:.0f}{unit}"
-    return f"{x:.0f}"
 
 
 _KIND_SHORT = {"infiniband": "ib", "ethernet": "eth", "omnipath": "opa", "roce": "roce"}
@@ -119,39 +95,35 @@ def plans_view(plans: list, title: str) -> Group:
 
 
 def estimate_table(e, title: str | None = None) -> Table:
-    t = compact_table(show_header=False)
-    t.add_column("quantity", style="bold")
-    t.add_column("value", justify="right")
-    lps = e.layers_per_stage
-    rows = [
-        ("step time", fmt_time(e.step_time_s)),
-        ("tokens/s", fmt_tokens(e.tokens_per_s)),
-        ("TFLOP/s per GPU (model)", f"{e.tflops_per_gpu:.1f}"),
-        ("MFU / HFU", f"{100 * e.mfu:.1f}% / {100 * e.hfu:.1f}%"),
-        ("peak memory per GPU", f"{gib(e.memory_peak_bytes)} of {gib(e.memory_capacity_bytes)} GiB" + ("" if e.fits else "  (does NOT fit)")),
-        ("micro-batches", str(e.num_microbatches)),
-        ("layers per stage", ",".join(map(str, lps)) if len(lps) <= 12 else f"{lps[0]}..{lps[-1]} ({len(lps)} stages)"),
-        ("bound by", e.bound),
-    ]
-    for k, v in e.time_breakdown_s.items():
-        if v > 0:
-            rows.append(("  " + k.removesuffix("_s").replace("_", " "), fmt_time(v)))
-    for k, v in rows:
-        t.add_row(k, v)
-    return t
+    """One estimate as a two-column table (the rendering ``Estimate`` shows in a rich console)."""
+    return e.__rich__()
 
 
 def validation_table(results: list, summary: dict) -> Table:
+    """Predicted vs measured per run: step time (fastest fill) where runs have it, peak memory
+    (in the counter the run measured) where they have that."""
+    has_step = any(r.measured_step_time_s for r in results)
+    has_mem = any(r.memory_error_pct is not None for r in results)
     t = compact_table()
-    for col in ("run", "tp/pp/dp", "mb", "rec", "pred", "meas", "err"):
+    cols = ["run", "tp/pp/dp", "mb", "rec"] + (["pred", "meas", "err"] if has_step else []) + (["GiB", "meas", "err"] if has_mem else [])
+    for i, col in enumerate(cols):
         t.add_column(col, justify="left" if col in ("run", "rec", "tp/pp/dp") else "right", no_wrap=col != "run")
+
+    def err_text(err: float | None, lo: float = -10, hi: float = 10) -> object:
+        if err is None:
+            return "-"
+        style = "green" if lo <= err <= hi else ("yellow" if abs(err) <= 25 else "red")
+        return Text(f"{err:+.1f}%", style=style)
+
     for r in results:
         p = r.parallel
-        err = r.error_pct
-        style = "green" if err is not None and abs(err) <= 10 else ("yellow" if err is not None and abs(err) <= 25 else "red")
-        t.add_row(r.id, f"{p.tp}/{p.pp}/{p.dp}", str(p.micro_batch_size), p.recompute[:4], fmt_time(r.estimate.step_time_s),
-                  fmt_time(r.measured_step_time_s) if r.measured_step_time_s else "-",
-                  Text(f"{err:+.1f}%", style=style) if err is not None else "-")
+        row = [r.id, f"{p.tp}/{p.pp}/{p.dp}", str(p.micro_batch_size), p.recompute[:4]]
+        if has_step:
+            row += [fmt_time(r.estimate.step_time_s), fmt_time(r.measured_step_time_s) if r.measured_step_time_s else "-", err_text(r.error_pct)]
+        if has_mem:
+            meas = r.measured.get("memory_peak_bytes")
+            row += [gib(r.predicted_memory_bytes()) if meas else "-", gib(meas) if meas else "-", err_text(r.memory_error_pct, -5, 15)]
+        t.add_row(*row)
     return t
 
 

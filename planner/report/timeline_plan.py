@@ -28,7 +28,11 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from planner.cost.estimate import default_flash, dense_counts, estimate, even_split, layer_costs
+from planner.cost.constants import DEFAULT_CONSTANTS, Constants
+from planner.cost.estimate import estimate
+from planner.cost.stages import dense_counts, layer_costs
+from planner.cost.step import pipeline_coefficients
+from planner.engines import DEFAULT_ENGINE, default_split, get_engine
 from planner.cost.result import Estimate
 from planner.errors import InputError
 from planner.io.loaders import make_cluster, model_from_dict, parallel_from_dict
@@ -48,13 +52,14 @@ class PlanContext:
     cluster: ClusterSpec
     job: Job
     parallel: ParallelConfig
-    flash: bool
+    engine: str
+    constants: Constants
     rank: int
     entry: dict
 
     @cached_property
     def estimate(self) -> Estimate:
-        return estimate(self.model, self.cluster, self.job, self.parallel, flash_attention=self.flash)
+        return estimate(self.model, self.cluster, self.job, self.parallel, self.engine, self.constants)
 
     @property
     def stored_step_time_s(self) -> float | None:
@@ -116,16 +121,23 @@ def plan_context(doc: dict, rank: int = 1) -> PlanContext:
         par = parallel_from_dict(par_d)
     except TypeError as exc:
         raise InputError(f"plans[rank={rank}].parallel", par_d, f"ParallelConfig fields ({exc})") from None
-    flash = (doc.get("search") or {}).get("flash_attention")
-    return PlanContext(model, cluster, job, par, default_flash(job) if flash is None else bool(flash), rank, entry)
+    engine = get_engine(doc.get("engine") or (doc.get("search") or {}).get("engine") or DEFAULT_ENGINE).name
+    consts = doc.get("constants") or {}
+    if not isinstance(consts, dict):
+        raise InputError("plan.constants", consts, "an object of calibration constants")
+    try:
+        constants = DEFAULT_CONSTANTS.replace(**consts)
+    except TypeError as exc:
+        raise InputError("plan.constants", sorted(consts), f"names of calibration constants ({exc})") from None
+    return PlanContext(model, cluster, job, par, engine, constants, rank, entry)
 
 
-def stage_phases(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, flash: bool) -> tuple[list[dict], float]:
+def stage_phases(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, engine: str, C: Constants) -> tuple[list[dict], float]:
     """Per stage ``{"fwd_s", "bwd_s", "recompute_s", "pp_comm_s"}`` for one micro-batch (all of
-    the rank's virtual stages together), and the seconds of one pipeline send."""
-    costs = layer_costs(model, cluster, job, par, flash)
+    the rank's virtual stages together) of the resolved ``par``, and the seconds of one pipeline send."""
+    costs = layer_costs(model, cluster, job, par, C)
     cost_d, cost_m, last_extra, pp_comm, raw = costs
-    lps = par.layers_per_stage or even_split(model.layers, par.pp, par.vpp)
+    lps = par.layers_per_stage or default_split(model, par.pp, par.vpp, get_engine(engine))
     dcounts = dense_counts(model, tuple(lps))
     full = par.recompute == "full"
     fwd_frac = (cost_d["compute"] - raw["bwd_dense_s"]) / cost_d["compute"] if cost_d["compute"] > 0 else 1 / 3
@@ -171,8 +183,8 @@ def _kind(par: ParallelConfig) -> str:
 def plan_schedule(ctx: PlanContext) -> PlanSchedule:
     """Simulate the entry's pipeline schedule; every stage's events add up to the predicted step time."""
     est = ctx.estimate
-    par = ctx.parallel
-    phases, p2p = stage_phases(ctx.model, ctx.cluster, ctx.job, par, ctx.flash)
+    par = est.parallel
+    phases, p2p = stage_phases(ctx.model, ctx.cluster, ctx.job, par, ctx.engine, ctx.constants)
     tiny = 1e-12  # a stage without layers still has a (zero-length) place in the order
     kw = dict(
         pp=par.pp, vpp=par.vpp, num_microbatches=est.num_microbatches, kind=_kind(par),
@@ -182,7 +194,8 @@ def plan_schedule(ctx: PlanContext) -> PlanSchedule:
     bare = simulate_schedule(**kw)
     span = bare.makespan_s
     m, v, t = est.num_microbatches, par.vpp, est.stage_times_s
-    model_pipe = m * max(t) + (sum(t) - max(t)) / v
+    c_max, c_sum = pipeline_coefficients(m, v, par.schedule)
+    model_pipe = c_max * max(t) + c_sum * sum(t)
     step = est.step_time_s
     tail = max(0.0, step - span)
     opt = min(est.time_breakdown_s.get("optimizer_s", 0.0), tail)

@@ -4,7 +4,9 @@ time per candidate, and whether an uneven layer split could change a candidate's
 
 from __future__ import annotations
 
-from planner.cost.estimate import Estimate, layer_costs, stage_time_parts
+from planner.cost.constants import Constants
+from planner.cost.result import Estimate
+from planner.cost.stages import layer_costs, stage_time_parts
 from planner.cost.flops import embedding_params, layer_params
 from planner.cost.memory import bytes_per_param
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
@@ -16,7 +18,7 @@ __all__ = ["SPLIT_MIN_GAIN", "states_bound_fn", "per_layer_time", "p2p_per_stage
 SPLIT_MIN_GAIN = 0.002
 
 
-def states_bound_fn(model: ModelSpec, precision: str, min_first: int = 1, grad_reduce: str = "auto"):
+def states_bound_fn(model: ModelSpec, precision: str, C: Constants, min_first: int = 1, grad_reduce: str = "auto"):
     """A fast function (tp, pp, dp, cp, ep, zero) -> model-state bytes per GPU on the most loaded
     stage, ignoring activations (a lower bound of the peak memory)."""
     # With dense first layers (DeepSeek-V3) a stage may hold either kind, so each layer is
@@ -31,7 +33,7 @@ def states_bound_fn(model: ModelSpec, precision: str, min_first: int = 1, grad_r
 
     def bpp(zero: int, shard: int) -> float:
         if (zero, shard) not in bpp_cache:
-            bpp_cache[(zero, shard)] = sum(bytes_per_param(precision, zero, shard, grad_reduce).values())
+            bpp_cache[(zero, shard)] = sum(bytes_per_param(precision, zero, shard, grad_reduce, C).values())
         return bpp_cache[(zero, shard)]
 
     def bound(tp: int, pp: int, dp: int, cp: int, ep: int, zero: int) -> float:
@@ -49,14 +51,15 @@ def states_bound_fn(model: ModelSpec, precision: str, min_first: int = 1, grad_r
     return bound
 
 
-def per_layer_time(model: ModelSpec, cluster: ClusterSpec, job: Job, lk: tuple, flash: bool) -> tuple[float, float]:
+def per_layer_time(model: ModelSpec, cluster: ClusterSpec, job: Job, lk: tuple, C: Constants) -> tuple[float, float]:
     """(mean, least) seconds of one layer and micro-batch on one GPU over the model's layer
     kinds (dense, MoE): compute, recompute and the exposed tensor/context/expert-parallel
-    traffic (no pipeline send/recv)."""
-    tp, cp, ep, mb, rec, sp, tpo, asy = lk
-    par = ParallelConfig(tp=tp, cp=cp, ep=ep, dp=max(ep, 1), micro_batch_size=mb, recompute=rec, sequence_parallel=sp,
-                         tp_comm_overlap=tpo, async_tp_allreduce=asy)
-    costs = layer_costs(model, cluster, job, par, flash)
+    traffic (no pipeline send/recv). ``lk`` = (tp, cp, ep, mb, recompute, sp, tp_comm_overlap,
+    async_tp_allreduce, attention)."""
+    tp, cp, ep, mb, rec, sp, tpo, asy, attn = lk
+    par = ParallelConfig(tp=tp, cp=cp, ep=ep, dp=max(ep, 1), vpp=1, micro_batch_size=mb, recompute=rec, sequence_parallel=sp,
+                         tp_comm_overlap=tpo, async_tp_allreduce=asy, attention=attn)
+    costs = layer_costs(model, cluster, job, par, C)
     # Every split holds all layers, so the mean over the real mix of dense and MoE layers is
     # what the bound on sum(t_i) needs.
     dense = sum(stage_time_parts(costs, 1, 1, False).values()) - costs[3]
@@ -66,28 +69,32 @@ def per_layer_time(model: ModelSpec, cluster: ClusterSpec, job: Job, lk: tuple, 
     return ((model.layers - n_moe) * dense + n_moe * moe) / model.layers, least
 
 
-def p2p_per_stage(model: ModelSpec, cluster: ClusterSpec, job: Job, pk: tuple) -> float:
+def p2p_per_stage(model: ModelSpec, cluster: ClusterSpec, job: Job, pk: tuple, C: Constants) -> float:
     """Seconds of pipeline send/recv one stage pays per micro-batch (all its virtual stages)."""
     tp, cp, dp, pp, mb, v = pk
-    par = ParallelConfig(tp=tp, cp=cp, dp=dp, pp=pp, vpp=v, micro_batch_size=mb)
-    return layer_costs(model, cluster, job, par, False)[3]
+    par = ParallelConfig(tp=tp, cp=cp, dp=dp, pp=pp, vpp=v, micro_batch_size=mb, recompute="none", sequence_parallel=False,
+                         tp_comm_overlap=False, async_tp_allreduce=False, attention="unfused")
+    return layer_costs(model, cluster, job, par, C)[3]
 
 
-def step_lower_bound(layers: int, pp: int, v: int, m: int, per_layer: tuple[float, float], p2p_s: float, overhead_s: float) -> float:
+def step_lower_bound(layers: int, pp: int, v: int, m: int, per_layer: tuple[float, float], p2p_s: float, overhead_s: float,
+                     unit: int | None = None) -> float:
     """A step time no layer split of this candidate goes below.
 
     Every split has step >= (m - 1/v) T + sum(t)/v + the fixed overhead, with sum(t) the same
     for every split (all layers at their mean time ``per_layer[0]``, every stage's pipeline
     send/recv ``p2p_s``) and T the slowest stage: at least the mean stage, and at least a stage
-    of ceil(L / (v pp)) chunks of v layers at the least per-layer time ``per_layer[1]`` (some
-    stage holds that many: layers come in whole chunks of v)."""
+    of ceil(L / (u pp)) units of u layers at the least per-layer time ``per_layer[1]`` (some
+    stage holds that many: layers come in whole units, u = v chunks unless the engine takes
+    uneven chunks, :func:`planner.search.split.split_unit`)."""
+    u = v if unit is None else unit
     mean_l, least_l = per_layer
     total = mean_l * layers + pp * p2p_s
-    fullest = least_l * v * -(-layers // (v * pp)) + p2p_s
+    fullest = least_l * u * -(-layers // (u * pp)) + p2p_s
     return (m - 1.0 / v) * max(total / pp, fullest) + total / v + overhead_s
 
 
-def split_may_help(est: Estimate, par: ParallelConfig, job: Job, cap: float, kth: list, top_k: int) -> bool:
+def split_may_help(est: Estimate, par: ParallelConfig, job: Job, cap: float, kth: list, top_k: int, unit: int | None = None) -> bool:
     """Whether an uneven layer split could make this candidate fit or enter the top K.
 
     The sum of stage times is the same for every split, so no split's step time is below
@@ -99,12 +106,14 @@ def split_may_help(est: Estimate, par: ParallelConfig, job: Job, cap: float, kth
     t = est.stage_times_s
     m, v = est.num_microbatches, par.vpp
     lps = est.layers_per_stage
-    # Any other split moves at least one chunk of v layers onto some stage, which then runs at
-    # least t_light + v * a (a: time per layer), unless the bottleneck keeps all its layers.
+    # Any other split moves at least one unit of layers (a chunk of v, or one layer where the
+    # engine takes uneven chunks) onto some stage, which then runs at least t_light + unit * a
+    # (a: time per layer), unless the bottleneck keeps all its layers.
     light = min(range(len(t)), key=t.__getitem__)
     pp_comm = est.time_breakdown_s["pp_comm_exposed_s"] / max(1, m)
     a = max(0.0, t[light] - pp_comm) / max(1, lps[light])
-    t_lb = max(sum(t) / len(t), min(max(t), t[light] + v * a))
+    u = v if unit is None else unit
+    t_lb = max(sum(t) / len(t), min(max(t), t[light] + u * a))
     # The data-parallel and optimizer terms grow with the parameters of the largest stage, which
     # no split brings below the mean (r = mean/max of the stages' parameters and layers). Both
     # are convex and increasing in that stage's size, so each falls by at most (1 - r) times its

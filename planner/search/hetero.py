@@ -12,17 +12,18 @@ homogeneous GPU groups, layers balanced by group speed).
 Per-stage quantities come from the homogeneous cost model evaluated with a ClusterSpec of
 that group's GPU (:func:`planner.search.split.stage_affine`: time per micro-batch, gradient
 sync, optimizer step and memory, each affine in the stage's layer count). The step time is
-assembled as :func:`planner.cost.estimate.estimate` does for one cluster:
+assembled by :func:`planner.cost.step.assemble`, the step assembly of ``estimate``:
 
-    T_step = m T + (sum_i t_i - T) + max_i dp_i + max_i opt_i + emb_sync + overhead,  T = max_i t_i
+    T_step = c_max T + c_sum sum_i t_i + max_i sync_i + max_i opt_i + emb_sync + overhead,  T = max_i t_i
 
-The placement and split are one mixed-integer program (HiGHS via PuLP), with x_ig = 1 when
-stage i runs on group g:
+with (c_max, c_sum) = (m - 1, 1) for 1F1B (:func:`planner.cost.step.pipeline_coefficients`).
+The placement and split are one mixed-integer program (:class:`planner.search.milp.Program`,
+HiGHS or CBC), with x_ig = 1 when stage i runs on group g:
 
-    min  (m - 1) T + sum_i t_i + D + O
+    min  c_max T + c_sum sum_i t_i + D + O
     s.t. sum_g x_ig = 1,  sum_i x_ig <= floor(count_g / (tp dp)),  sum_i n_i = L,  n_i >= 1,
          t_i >= a_ig n_i + b_ig - M_t (1 - x_ig)            (stage time on group g)
-         D   >= dp_ig(n_i) - M_t (1 - x_ig),  O >= opt_ig(n_i) - M_t (1 - x_ig),
+         D   >= branch_ig(n_i) - M_t (1 - x_ig)  (every sync branch, planner.cost.step.sync_branches),  O >= opt_ig(n_i) - M_t (1 - x_ig),
          mem_ig(n_i) <= cap_g + M_m (1 - x_ig)              (the group's GPU memory)
 
 with big-M constants M_t, M_m the largest value any stage could take (all L layers).
@@ -31,29 +32,40 @@ with big-M constants M_t, M_m the largest value any stage could take (all L laye
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from pathlib import Path
+import time
+from dataclasses import dataclass, replace
 
-from planner.cost import constants as C
 from planner.cost import memory as M
 from planner.cost.comm import group_links
-from planner.cost.compute import supports_flash
-from planner.engines import default_generation, features, resolve_flash
-from planner.cost.estimate import check_parallel, even_split, layer_costs, stage_memory, stage_sync, stage_time_parts
+from planner.cost.constants import DEFAULT_CONSTANTS, Constants
+from planner.cost.rules import check_parallel, tp_ok
+from planner.cost.stages import dense_counts, embedding_sync_time, layer_costs, stage_memory, stage_sync, stage_time_parts
+from planner.cost.step import assemble, pipeline_coefficients
+from planner.engines import Engine, default_split, get_engine, resolve
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
-from planner.io.loaders import make_cluster, read_mapping
-from planner.search.split import _quiet, _solver, dp_rows, stage_affine
+from planner.search.bounds import states_bound_fn
+from planner.search.milp import INF, Program, SolveStats
+from planner.search.split import stage_affine, sync_rows
 from planner.specs import ClusterSpec, GpuSpec, Job, ModelSpec, ParallelConfig
 
-__all__ = ["GpuGroup", "HeteroCluster", "HeteroPlan", "load_hetero", "hetero_evaluate", "hetero_place", "hetero_plan"]
+__all__ = ["GpuGroup", "HeteroCluster", "HeteroPlan", "hetero_evaluate", "hetero_place", "hetero_plan"]
 
 
 @dataclass(frozen=True)
 class GpuGroup:
-    gpu: GpuSpec
+    """Whole nodes of one GPU type: ``cluster`` is that group as a homogeneous cluster (its GPU,
+    nodes and links; :func:`planner.io.loaders.load_hetero` builds it)."""
+
+    cluster: ClusterSpec
     count: int
-    gpus_per_node: int
-    inter_node: dict | None
+
+    @property
+    def gpu(self) -> GpuSpec:
+        return self.cluster.gpu
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.cluster.gpus_per_node
 
 
 @dataclass(frozen=True)
@@ -67,35 +79,7 @@ class HeteroCluster:
 
     def group_cluster(self, g: int, world: int) -> ClusterSpec:
         """A homogeneous ClusterSpec of group g's GPU for a job of ``world`` GPUs (its links)."""
-        grp = self.groups[g]
-        return make_cluster(grp.gpu, world, grp.gpus_per_node, grp.inter_node, name=f"{self.name}/{grp.gpu.id}")
-
-
-def load_hetero(path: str | Path) -> HeteroCluster:
-    """Read ``{name, groups: [{gpu, count[, gpus_per_node]}], network: {kind, gbps_per_nic, nics_per_node}}``."""
-    from planner.io.loaders import load_gpu  # noqa: PLC0415
-
-    d = read_mapping(path)
-    groups = d.get("groups")
-    if not isinstance(groups, list) or not groups:
-        raise InputError(f"{path}.groups", groups, "a non-empty list of {gpu, count}")
-    net = d.get("network")
-    if net is not None and not isinstance(net, dict):
-        raise InputError(f"{path}.network", net, "a mapping {kind, gbps_per_nic, nics_per_node}")
-    out = []
-    for i, g in enumerate(groups):
-        w = f"{path}.groups[{i}]"
-        if not isinstance(g, dict) or "gpu" not in g:
-            raise InputError(w, g, "a mapping with gpu and count")
-        gpu = load_gpu(str(g["gpu"]))
-        count = g.get("count")
-        gpn = g.get("gpus_per_node", gpu.gpus_per_node)
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise InputError(f"{w}.count", count, "a positive integer")
-        if isinstance(gpn, bool) or not isinstance(gpn, int) or gpn < 1 or (count > gpn and count % gpn):
-            raise InputError(f"{w}.gpus_per_node", gpn, f"a positive integer dividing count ({count})")
-        out.append(GpuGroup(gpu, count, gpn, g.get("inter_node", net)))
-    return HeteroCluster(str(d.get("name", Path(path).stem)), tuple(out))
+        return replace(self.groups[g].cluster, num_gpus=world, name=f"{self.name}/{self.groups[g].gpu.id}")
 
 
 @dataclass(frozen=True)
@@ -115,60 +99,66 @@ class HeteroPlan:
         return all(m <= c for m, c in zip(self.stage_memory_bytes, self.stage_capacity_bytes))
 
 
-def _check(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelConfig) -> list[ClusterSpec]:
-    if par.cp != 1 or par.vpp != 1 or par.ep != 1:
-        raise InputError("parallel", f"cp={par.cp} vpp={par.vpp} ep={par.ep}", "cp = vpp = ep = 1 on a mixed cluster")
+def _setup(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelConfig, engine: Engine) -> tuple[ParallelConfig, list[ClusterSpec]]:
+    """The resolved configuration (resolved on the first group; every group runs the same engine
+    settings) and the per-group clusters, after the rules of each."""
     if par.pp < 2:
         raise InputError("parallel.pp", par.pp, "at least 2 stages (one stage cannot be split over GPU types)")
-    clusters = [hc.group_cluster(g, par.world) for g in range(len(hc.groups))]
+    if par.dp is None:
+        raise InputError("parallel.dp", None, "a data-parallel degree on a mixed cluster")
+    world = par.tp * par.pp * par.dp * par.cp
+    clusters = [hc.group_cluster(g, world) for g in range(len(hc.groups))]
+    res, _ = resolve(par, model, clusters[0], job, engine)
+    if res.cp != 1 or res.vpp != 1 or res.ep != 1:
+        raise InputError("parallel", f"cp={res.cp} vpp={res.vpp} ep={res.ep}", "cp = vpp = ep = 1 on a mixed cluster")
+    # Each group's own attention kernel (flash only where its GPU has it).
     for c in clusters:
-        check_parallel(model, c, job, par)
-    return clusters
+        check_parallel(model, c, job, res, engine, default_split(model, res.pp, 1, engine))
+    return res, clusters
+
+
+def _on(par: ParallelConfig, cluster: ClusterSpec, model: ModelSpec, job: Job, engine: Engine) -> ParallelConfig:
+    """``par`` with the attention kernel resolved for this group's GPU (unless fixed)."""
+    return par if par.attention == "unfused" else resolve(par.replace(attention=None), model, cluster, job, engine)[0]
 
 
 def hetero_evaluate(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelConfig, placement: tuple[int, ...],
-                    layers: tuple[int, ...], flash: bool | None = None) -> HeteroPlan:
+                    layers: tuple[int, ...], engine: "str | Engine | None" = None, constants: Constants | None = None) -> HeteroPlan:
     """Step time and memory of one placement and split (the formula in the module docstring)."""
-    clusters = _check(model, hc, job, par)
+    eng, C = get_engine(engine), constants or DEFAULT_CONSTANTS
+    par, clusters = _setup(model, hc, job, par, eng)
     pp, m = par.pp, par.num_microbatches(job.global_batch_size)
     if len(placement) != pp or len(layers) != pp or sum(layers) != model.layers or min(layers) < 1:
         raise InputError("layers_per_stage", list(layers), f"{pp} positive counts summing to {model.layers}")
-    flash = resolve_flash(job, None, flash)
-    dense = model.layers - model.moe_layers
-    t, mem, cap, syncs, first = [], [], [], [], 0
+    dcounts = dense_counts(model, tuple(layers))
+    t, mem, cap, syncs = [], [], [], []
     for i, (g, n) in enumerate(zip(placement, layers)):
         c = clusters[g]
-        fl = flash and supports_flash(c.gpu)
-        costs = layer_costs(model, c, job, par, fl)
-        nd = max(0, min(n, dense - first))
-        first += n
-        t_i = sum(stage_time_parts(costs, n, nd, i == pp - 1).values())
-        params = M.stage_params(model, n, i, pp, par.tp, par.ep, n_dense=nd)
-        syncs.append(stage_sync(c, job, par, params, n, t_i, m, costs[4]["bwd_dense_s"], costs[4]["fwd_dense_s"]))
-        mem.append(stage_memory(model, job, par, fl, i, n, params, m).total_bytes)
+        pg = _on(par, c, model, job, eng)
+        costs = layer_costs(model, c, job, pg, C)
+        t_i = sum(stage_time_parts(costs, n, dcounts[i], i == pp - 1).values())
+        params = M.stage_params(model, n, i, pp, par.tp, par.ep, n_dense=dcounts[i])
+        syncs.append(stage_sync(c, job, pg, params, n, t_i, m, costs[4]["bwd_dense_s"], costs[4]["fwd_dense_s"], C, eng))
+        mem.append(stage_memory(model, job, pg, i, n, params, m, C, eng).total_bytes)
         cap.append(c.gpu.memory_bytes)
         t.append(t_i)
-    T = max(t)
-    emb = 0.0
-    if model.tied_embeddings:  # as in estimate(): first and last stage all-reduce the tied embedding's gradient
-        links = group_links(clusters[placement[0]], par)["pp"]
-        lvl = links.inter if links.m > 1 or placement[0] != placement[-1] else links.intra
-        emb = links.intra.latency_s + model.vocab * model.hidden / par.tp * M.grad_bytes(job.precision, job.grad_reduce) / lvl.bandwidth_bytes_per_s
-    step = (m * T + (sum(t) - T) + max(s["dp_exposed_s"] for s in syncs) + max(s["zero3_exposed_s"] for s in syncs)
-            + max(s["optimizer_s"] for s in syncs) + emb + C.STEP_OVERHEAD_S)
+    pp_links = group_links(clusters[placement[0]], par)["pp"]
+    emb = embedding_sync_time(model, par, M.grad_bytes(job.precision, job.grad_reduce), pp_links,
+                              crosses_network=pp_links.m > 1 or placement[0] != placement[-1])
+    step = assemble(t, [s["exposed_s"] for s in syncs], [s["optimizer_s"] for s in syncs], m=m, v=1, schedule=par.schedule,
+                    extra_s=emb + C.STEP_OVERHEAD_S).step_s
     return HeteroPlan(par, tuple(placement), tuple(layers), tuple(t), tuple(mem), tuple(cap), step,
                       job.tokens_per_step / step, par.world)
 
 
-def hetero_place(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelConfig,
-                 flash: bool | None = None, time_limit_s: float | None = None) -> HeteroPlan | None:
+def hetero_place(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelConfig, engine: "str | Engine | None" = None,
+                 constants: Constants | None = None, time_limit_s: float | None = None, stats: SolveStats | None = None,
+                 backend: str | None = None) -> HeteroPlan | None:
     """The placement and split minimising the step time (the program in the module docstring);
     None when no placement fits in the groups' GPU counts and memories. A program stopped by
     ``time_limit_s`` returns its best integer solution (re-evaluated exactly)."""
-    import pulp  # noqa: PLC0415
-
-    clusters = _check(model, hc, job, par)
-    flash = resolve_flash(job, None, flash)
+    eng, C = get_engine(engine), constants or DEFAULT_CONSTANTS
+    par, clusters = _setup(model, hc, job, par, eng)
     pp, L, G = par.pp, model.layers, len(hc.groups)
     width = par.tp * par.dp
     slots = [g.count // width for g in hc.groups]
@@ -176,64 +166,67 @@ def hetero_place(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelCon
         return None
     m = par.num_microbatches(job.global_batch_size)
     eta = C.COMM_COMPUTE_OVERLAP_EFFICIENCY
-    aff = [stage_affine(model, c, job, par, flash and supports_flash(c.gpu)) for c in clusters]
-    ts, ms = 1e3, 1.0 / 2**30  # milliseconds and GiB: coefficients near 1 for HiGHS
-    big_t = ts * max(max(a * L + b for a, b in af.time) + max(sum(sa * L + sb for sa, sb, _, _ in parts) for parts in af.dp)
+    c_max, c_sum = pipeline_coefficients(m, 1, par.schedule)
+    aff = [stage_affine(model, c, job, _on(par, c, model, job, eng), C, eng) for c in clusters]
+    ts, ms = 1e3, 1.0 / 2**30  # milliseconds and GiB: coefficients near 1
+    big_t = ts * max(max(a * L + b for a, b in af.time) + max(sum(abs(sa) * L + abs(sb) for sa, sb, _, _ in parts) for parts in af.sync)
                      + max(a * L + b for a, b in af.opt) for af in aff)
     big_m = ms * max(max(a * L + b for a, b in af.mem) for af in aff)
-    prob = pulp.LpProblem("hetero_placement", pulp.LpMinimize)
-    new_var = getattr(prob, "add_variable", None)  # PuLP >= 3.3 attaches variables to the model (as in split.py)
-    var = new_var if new_var else pulp.LpVariable
-    n = [var(f"n{i}", lowBound=1, upBound=L - pp + 1, cat="Integer") for i in range(pp)]
-    x = [[var(f"x{i}_{g}", cat="Binary") for g in range(G)] for i in range(pp)]
-    t = [var(f"t{i}", lowBound=0) for i in range(pp)]
-    T, D, O = var("T", lowBound=0), var("D", lowBound=0), var("O", lowBound=0)  # noqa: E741
-    prob += (m - 1) * T + pulp.lpSum(t) + D + O
-    prob += pulp.lpSum(n) == L
+    prog = Program()
+    n = [prog.var(1, L - pp + 1, integer=True) for _ in range(pp)]
+    x = [[prog.var(0, 1, integer=True) for _ in range(G)] for _ in range(pp)]
+    t = [prog.var(lo=0.0, cost=c_sum) for _ in range(pp)]
+    T, D, O = prog.var(lo=0.0, cost=c_max), prog.var(lo=0.0, cost=1.0), prog.var(lo=0.0, cost=1.0)  # noqa: E741
+    prog.row(L, L, [(v, 1.0) for v in n])
     for g in range(G):
-        prob += pulp.lpSum(x[i][g] for i in range(pp)) <= slots[g]
+        prog.row(-INF, slots[g], [(x[i][g], 1.0) for i in range(pp)])
     for i in range(pp):
-        prob += pulp.lpSum(x[i]) == 1
-        prob += T >= t[i]
+        prog.row(1, 1, [(x[i][g], 1.0) for g in range(G)])
+        prog.row(0, INF, [(T, 1.0), (t[i], -1.0)])
         for g in range(G):
-            af, off = aff[g], 1 - x[i][g]
+            af = aff[g]
             a, b = af.time[i]
-            prob += t[i] >= ts * (a * n[i] + b) - big_t * off
-            for rhs in dp_rows(af.dp[i], n[i], ts, eta, par.overlap_grad_reduce):
-                prob += D >= rhs - big_t * off
-            prob += O >= ts * (af.opt[i][0] * n[i] + af.opt[i][1]) - big_t * off
+            # t_i >= ts (a n_i + b) - big_t (1 - x_ig)
+            prog.row(ts * b - big_t, INF, [(t[i], 1.0), (n[i], -ts * a), (x[i][g], -big_t)])
+            for sa, sb in sync_rows(af.sync[i], eta):
+                prog.row(ts * sb - big_t, INF, [(D, 1.0), (n[i], -ts * sa), (x[i][g], -big_t)])
+            oa, ob = af.opt[i]
+            prog.row(ts * ob - big_t, INF, [(O, 1.0), (n[i], -ts * oa), (x[i][g], -big_t)])
             ma, mb = af.mem[i]
-            prob += ms * (ma * n[i] + mb) <= ms * clusters[g].gpu.memory_bytes + big_m * off
+            prog.row(-INF, ms * clusters[g].gpu.memory_bytes + big_m - ms * mb, [(n[i], ms * ma), (x[i][g], big_m)])
     # Symmetry breaking: middle stages (1 .. pp-2) have the same costs in every position, so
     # any placement can be reordered to put their group index non-decreasing and, within one
     # group, their layer counts non-increasing, without changing the objective.
-    gidx = [pulp.lpSum(g * x[i][g] for g in range(G)) for i in range(pp)]
     for i in range(1, pp - 2):
-        prob += gidx[i] <= gidx[i + 1]
-        prob += n[i] >= n[i + 1] - L * (gidx[i + 1] - gidx[i])
-    solver = _solver()[0]
-    solver.timeLimit = time_limit_s  # shared instance: optimal_split sets its own each call
-    with _quiet():
-        prob.solve(solver)
-    if any(v.value() is None for v in n) or any(v.value() is None for row in x for v in row):
+        gi = [(x[i][g], float(g)) for g in range(G)]
+        gj = [(x[i + 1][g], -float(g)) for g in range(G)]
+        prog.row(-INF, 0.0, gi + gj)  # gidx_i <= gidx_{i+1}
+        # n_i >= n_{i+1} - L (gidx_{i+1} - gidx_i)
+        prog.row(0.0, INF, [(n[i], 1.0), (n[i + 1], -1.0)] + [(x[i + 1][g], L * float(g)) for g in range(G)]
+                 + [(x[i][g], -L * float(g)) for g in range(G)])
+    sol = prog.solve(time_limit_s, backend)
+    if stats is not None:
+        stats.add(sol)
+    if not sol.ok:
         return None  # infeasible, or stopped by the time limit before an integer solution
-    placement = tuple(max(range(G), key=lambda g, i=i: x[i][g].value()) for i in range(pp))
-    layers = tuple(int(round(v.value())) for v in n)
+    placement = tuple(max(range(G), key=lambda g, i=i: sol.x[x[i][g]]) for i in range(pp))
+    layers = tuple(int(round(sol.x[v])) for v in n)
     if sum(layers) != L or min(layers) < 1 or any(placement.count(g) > slots[g] for g in range(G)):
         return None
-    return hetero_evaluate(model, hc, job, par, placement, layers, flash)
+    return hetero_evaluate(model, hc, job, par, placement, layers, eng, C)
 
 
-def _candidates(model: ModelSpec, hc: HeteroCluster, job: Job, fixed: dict):
+def _candidates(model: ModelSpec, hc: HeteroCluster, job: Job, fixed: dict, engine: Engine):
     """Megatron-style configurations whose stages are whole nodes of one type: tp and dp
     powers of two, any pp from 2 up to the stage slots, and for each (tp, pp) the largest
-    dp the groups can host (idle GPUs cost the same and add nothing)."""
+    dp the groups can host (idle GPUs cost the same and add nothing). The engine's defaults
+    (sequence parallelism, overlaps, ZeRO) are resolved by :func:`planner.engines.resolve`."""
     gpn = min(g.gpus_per_node for g in hc.groups)
-    feats = features(default_generation(job))  # the engine features of the job's generation
     pows = [2**k for k in range(0, 15)]
     slots_of = lambda w: sum(g.count // w for g in hc.groups)  # noqa: E731
-    for tp in [fixed["tp"]] if "tp" in fixed else [p for p in pows if p <= gpn]:
-        if model.heads % tp or (model.kv_heads % tp and tp % model.kv_heads):
+    recs = [r for r in ("none", "selective", "full") if r in engine.recompute]
+    for tp in [fixed["tp"]] if "tp" in fixed else [p for p in pows if p <= gpn and (p == 1 or engine.tensor_parallel)]:
+        if not tp_ok(model, tp):
             continue
         pps = [fixed["pp"]] if "pp" in fixed else range(2, min(slots_of(tp), model.layers, 64) + 1)
         for pp in pps:
@@ -245,18 +238,11 @@ def _candidates(model: ModelSpec, hc: HeteroCluster, job: Job, fixed: dict):
                 for mb in [fixed["micro_batch_size"]] if "micro_batch_size" in fixed else (1, 2, 4):
                     if job.global_batch_size % (mb * dp):
                         continue
-                    recs = ("none", "selective", "full") if feats["selective_recompute"] else ("none", "full")
                     for rec in [fixed["recompute"]] if "recompute" in fixed else recs:
-                        sp = tp > 1 and feats["sequence_parallel"]
-                        yield ParallelConfig(tp=tp, pp=pp, dp=dp, micro_batch_size=mb, recompute=rec,
-                                             sequence_parallel=sp, zero=fixed.get("zero", 1),
-                                             tp_comm_overlap=sp and feats["tp_comm_overlap"],
-                                             async_tp_allreduce=feats["async_tp_allreduce"],
-                                             overlap_param_gather=feats["overlap_param_gather"] and fixed.get("zero", 1) in (1, 2),
-                                             overlap_grad_reduce=feats["overlap_grad_reduce"])
+                        yield ParallelConfig(tp=tp, pp=pp, dp=dp, vpp=1, micro_batch_size=mb, recompute=rec, zero=fixed.get("zero"))
 
 
-def _lower_bound(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelConfig, flash: bool) -> float:
+def _lower_bound(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelConfig, engine: Engine, C: Constants) -> float:
     """A bound no placement beats. Stage i on group g takes t_i >= a_g n_i + c_i, with a_g the
     per-layer time and c_i its pipeline send/recv (plus the output layer on the last stage),
     each taken at its smallest over the groups. With s_g of the pp stages on group g,
@@ -268,7 +254,7 @@ def _lower_bound(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelCon
     speeds, p2p, last = [], math.inf, math.inf
     for g, grp in enumerate(hc.groups):
         c = hc.group_cluster(g, par.world)
-        costs = layer_costs(model, c, job, par, flash and supports_flash(c.gpu))
+        costs = layer_costs(model, c, job, _on(par, c, model, job, engine), C)
         a = sum(stage_time_parts(costs, 1, 1 if model.moe is None else 0, False).values()) - costs[3]
         speeds.append((1.0 / a, grp.count // width))
         p2p, last = min(p2p, costs[3]), min(last, costs[2])
@@ -283,33 +269,30 @@ def _lower_bound(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelCon
 
 
 def hetero_plan(model: ModelSpec, hc: HeteroCluster, job: Job, fixed: dict | None = None, top_k: int = 5,
-                flash: bool | None = None, time_limit_s: float = 60.0) -> tuple[list[tuple[HeteroPlan, HeteroPlan]], int, int, bool]:
+                engine: "str | Engine | None" = None, constants: Constants | None = None,
+                time_limit_s: float = 60.0) -> tuple[list[tuple[HeteroPlan, HeteroPlan]], int, SolveStats, bool]:
     """The ``top_k`` fastest (placement program, even split on the same placement) pairs,
-    fastest first, with the number of candidates and of programs solved. Candidates are
-    taken in order of :func:`_lower_bound` and the search stops once the bound exceeds the
-    K-th best time (branch and bound); the last value says whether it got there (True) or
-    stopped at ``time_limit_s`` (False: best found so far). Raises NoFeasiblePlan when
-    nothing fits, SolverFailure when the time ran out before any plan was found."""
-    import time  # noqa: PLC0415
-
+    fastest first, with the number of candidates, the programs' statistics, and whether the
+    search ran to its end (True) or stopped at ``time_limit_s`` (False: best found so far).
+    Candidates are taken in order of :func:`_lower_bound` and the search stops once the bound
+    exceeds the K-th best time (branch and bound). Raises NoFeasiblePlan when nothing fits,
+    SolverFailure when the time ran out before any plan was found."""
     deadline = time.perf_counter() + time_limit_s
-    from planner.search.bounds import states_bound_fn  # noqa: PLC0415
-
-    states_of = states_bound_fn(model, job.precision, grad_reduce=job.grad_reduce)
-    flash = resolve_flash(job, None, flash)
+    eng, C = get_engine(engine), constants or DEFAULT_CONSTANTS
+    states_of = states_bound_fn(model, job.precision, C, grad_reduce=job.grad_reduce)
     cap = max(g.gpu.memory_bytes for g in hc.groups)
     pool = []
-    for par in _candidates(model, hc, job, dict(fixed or {})):
-        if states_of(par.tp, par.pp, par.dp, par.cp, par.ep, par.zero) > cap:
-            continue
+    for par in _candidates(model, hc, job, dict(fixed or {}), eng):
         try:
-            _check(model, hc, job, par)
+            res, clusters = _setup(model, hc, job, par, eng)
         except InputError:
             continue
-        pool.append((_lower_bound(model, hc, job, par, flash), par))
+        if states_of(res.tp, res.pp, res.dp, res.cp, res.ep, res.zero) > cap:
+            continue
+        pool.append((_lower_bound(model, hc, job, res, eng, C), res))
     pool.sort(key=lambda r: (r[0], r[1].tp, r[1].pp, r[1].dp, r[1].micro_batch_size, r[1].recompute))
     found: list = []
-    solved, proven = 0, True
+    stats, proven = SolveStats(), True
     for lb, par in pool:
         if len(found) >= top_k and lb > found[top_k - 1][0]:
             break
@@ -317,15 +300,14 @@ def hetero_plan(model: ModelSpec, hc: HeteroCluster, job: Job, fixed: dict | Non
         if left <= 0:
             proven = False
             break
-        solved += 1
-        best = hetero_place(model, hc, job, par, flash, time_limit_s=max(0.1, left))
+        best = hetero_place(model, hc, job, par, eng, C, time_limit_s=max(0.1, left), stats=stats)
         if best is None or not best.fits:
             continue
-        even = hetero_evaluate(model, hc, job, par, best.placement, even_split(model.layers, par.pp), flash)
+        even = hetero_evaluate(model, hc, job, par, best.placement, default_split(model, par.pp, 1, eng), eng, C)
         found.append((best.step_time_s, par.tp, par.pp, par.dp, par.micro_batch_size, par.recompute, best, even))
         found.sort(key=lambda r: r[:6])
     if not found and not proven:
-        raise SolverFailure(f"time limit of {time_limit_s:g} s hit after {solved} of {len(pool)} placement programs, none fitting yet")
+        raise SolverFailure(f"time limit of {time_limit_s:g} s hit after {stats.programs} of {len(pool)} placement programs, none fitting yet")
     if not found:
         raise NoFeasiblePlan(f"no placement of {model.name} fits on {hc.name} ({hc.num_gpus} GPUs)")
-    return [(r[6], r[7]) for r in found[:top_k]], len(pool), solved, proven
+    return [(r[6], r[7]) for r in found[:top_k]], len(pool), stats, proven

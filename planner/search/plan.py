@@ -33,15 +33,16 @@ import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 
-from planner.cost.estimate import Estimate, check_precision, estimate
-from planner.cost.compute import supports_flash
-from planner.engines import resolve_flash
+from planner.cost.constants import DEFAULT_CONSTANTS, Constants
+from planner.cost.estimate import Estimate, price
+from planner.cost.rules import check_precision
+from planner.engines import default_split, engine_flags, get_engine
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
-from planner.cost.constants import STEP_OVERHEAD_S
 from planner.search.bounds import SPLIT_MIN_GAIN, p2p_per_stage, per_layer_time, split_may_help, states_bound_fn, step_lower_bound  # noqa: F401
-from planner.search import split as _split
+from planner.search.milp import SolveStats
+from planner.search.rules import check_fixed, explain_no_candidates
 from planner.search.space import SearchOptions, candidate_tuples, to_parallel
-from planner.search.split import optimal_split, solver_name
+from planner.search.split import optimal_split, split_unit
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
 __all__ = ["Plan", "PlanResult", "plan", "SPLIT_MIN_GAIN", "DEFAULT_TIME_LIMIT_S", "TIME_LIMIT_S", "MAX_CANDIDATES", "OBJECTIVES"]
@@ -60,9 +61,19 @@ OBJECTIVES = ("time", "goodput")
 
 @dataclass(frozen=True)
 class Plan:
+    """One ranked plan: its resolved configuration and the estimate of it.
+
+    ``plan.estimate`` equals ``planner.estimate(model, cluster, job, plan.parallel, engine)``
+    for the same inputs (the search prices through the same function).
+    """
+
     rank: int
     parallel: ParallelConfig
     estimate: Estimate
+
+    def __repr__(self) -> str:
+        e = self.estimate
+        return f"Plan(#{self.rank} {self.parallel.short()}: {e.step_time_s:.4g} s/step, MFU {100 * e.mfu:.1f}%, {e.memory_peak_bytes / 2**30:.1f} GiB, {e.engine})"
 
     def as_dict(self) -> dict:
         par = self.parallel.as_dict()
@@ -74,15 +85,41 @@ class Plan:
 
 @dataclass
 class PlanResult:
+    """The ranked plans of one search and how the search went (``stats``: the integer programs
+    it solved).
+
+    >>> import planner
+    >>> r = planner.plan(planner.load_model("llama3.1-8b"), planner.make_cluster("h100-sxm5-80gb", 8),
+    ...                  planner.Job(8192, 64), top_k=2)
+    >>> len(r.plans), r.plans[0].estimate.step_time_s <= r.plans[1].estimate.step_time_s
+    (2, True)
+    """
+
     plans: list[Plan]
     solver: str
     candidates: int
     evaluated: int
     seconds: float
-    flash_attention: bool
+    engine: str
     notes: list[str] = field(default_factory=list)
     objective: str = "time"
     goodput: object = None  # planner.studies.goodput.GoodputResult when objective == "goodput"
+    stats: SolveStats = field(default_factory=SolveStats)
+
+    def __repr__(self) -> str:
+        best = f"best {self.plans[0].parallel.short()} {self.plans[0].estimate.step_time_s:.4g} s" if self.plans else "no plan"
+        return (f"PlanResult({len(self.plans)} plans, {best}; {self.candidates} candidates, {self.evaluated} evaluated, "
+                f"{self.stats.programs} split programs, {self.seconds:.2f} s, {self.engine})")
+
+    def __rich__(self):
+        from rich.console import Group  # noqa: PLC0415  (rich only when rendering)
+        from rich.text import Text  # noqa: PLC0415
+
+        lines = [Text(f"{p.rank}. {p.parallel.short()}: {p.estimate.step_time_s:.4g} s/step, {p.estimate.tokens_per_s:,.0f} tok/s, "
+                      f"MFU {100 * p.estimate.mfu:.1f}%, {p.estimate.memory_peak_bytes / 2**30:.1f} GiB") for p in self.plans]
+        lines.append(Text(f"{self.candidates} candidates, {self.evaluated} evaluated, {self.stats.programs} split programs "
+                          f"({self.solver}), {self.seconds:.2f} s, engine {self.engine}", style="dim"))
+        return Group(*lines)
 
     def objective_time_s(self, p: Plan) -> float:
         """The rank key: step time, or step time / goodput fraction."""
@@ -94,8 +131,10 @@ class PlanResult:
             "solver": self.solver,
             "candidates": self.candidates,
             "evaluated": self.evaluated,
+            "split_programs_solved": self.stats.programs,
+            "split_programs_ruled_out": self.stats.ruled_out,
             "seconds": self.seconds,
-            "flash_attention": self.flash_attention,
+            "engine": self.engine,
             "notes": list(self.notes),
             "objective": self.objective,
         }
@@ -108,15 +147,15 @@ _REC = {"none": 0, "selective": 1, "full": 2}
 
 
 def _tuple_key(t: tuple) -> tuple:
-    tp, pp, dp, cp, ep, v, mb, rec, sp, z, tpo, asy, opg, ogr = t
-    return (cp, ep, v, tp, pp, dp, mb, _REC[rec], not sp, z, ())
+    tp, pp, dp, cp, ep, v, mb, rec, z = t
+    return (cp, ep, v, tp, pp, dp, mb, _REC[rec], z, ())
 
 
 def _key(par: ParallelConfig) -> tuple:
     """Deterministic tie-break among equal predictions: fewer exotic dimensions first
     (no context or expert parallelism, no interleaving), then smaller degrees."""
     return (par.cp, par.ep, par.vpp, par.tp, par.pp, par.dp, par.micro_batch_size, _REC[par.recompute],
-            not par.sequence_parallel, par.zero, par.layers_per_stage or ())
+            par.zero, par.layers_per_stage or ())
 
 
 def plan(
@@ -128,12 +167,21 @@ def plan(
     time_limit_s: float | None = None,
     objective: str = "time",
     goodput: object = None,
+    constants: Constants | None = None,
 ) -> PlanResult:
-    """The ``top_k`` fastest plans that fit, best first. Raises NoFeasiblePlan (with the nearest
-    miss and what would make it fit) when none does, and SolverFailure (with the best plans found
-    so far) when the search runs past ``time_limit_s`` (default :data:`TIME_LIMIT_S`)."""
-    from planner.io.schema import check_fixed, explain_no_candidates  # noqa: PLC0415
+    """The ``top_k`` fastest plans that fit, best first, on the engine ``options.engine``.
 
+    Raises NoFeasiblePlan (with the nearest miss and what would make it fit) when none does, and
+    SolverFailure (with the best plans found so far) when the search runs past ``time_limit_s``
+    (default :data:`TIME_LIMIT_S`). ``constants``: a calibration profile (default the published
+    values). Every plan's estimate is what :func:`planner.estimate` gives for its configuration.
+
+    >>> import planner
+    >>> best = planner.plan(planner.load_model("llama3.1-70b"), planner.make_cluster("h100-sxm5-80gb", 64),
+    ...                     planner.Job(8192, 256), top_k=1).plans[0]
+    >>> best.estimate.fits
+    True
+    """
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise InputError("--top", top_k, "a positive integer")
     if objective not in OBJECTIVES:
@@ -147,10 +195,13 @@ def plan(
     t0 = time.perf_counter()
     deadline = t0 + limit
     opts = options or SearchOptions()
+    eng = get_engine(opts.engine)
+    C = constants or DEFAULT_CONSTANTS
     check_precision(cluster, job)
     check_fixed(model, cluster, job, opts)
-    flash = resolve_flash(job, opts.generation, opts.flash_attention) and supports_flash(cluster.gpu)
+    fixed = opts.fixed or {}
     cap = cluster.gpu.memory_bytes
+    stats = SolveStats()
     pool = []
     for t in candidate_tuples(model, cluster, job, opts):
         pool.append(t)
@@ -159,58 +210,66 @@ def plan(
                 raise InputError("parallel", f"more than {MAX_CANDIDATES:,} candidate configurations for {cluster.num_gpus:,} GPUs and {model.layers:,} layers",
                                  "a bounded search: fix some of --tp, --pp, --dp, --cp, --mb, --recompute, --zero")
             if time.perf_counter() > deadline:
-                raise _timed_out(limit, [], len(pool), 0, t0, flash, "enumerating candidates")
+                raise _timed_out(limit, [], len(pool), 0, t0, eng.name, stats, "enumerating candidates")
     if not pool:
         raise explain_no_candidates(model, cluster, job, opts)
     nearest: tuple | None = None  # (bytes, estimate or None, parallel)
-    states_of = states_bound_fn(model, job.precision, grad_reduce=job.grad_reduce)  # valid for any layer split
+    states_of = states_bound_fn(model, job.precision, C, grad_reduce=job.grad_reduce)  # valid for any layer split
+    given = {k: fixed.get(k) for k in ("sequence_parallel", "attention", "tp_comm_overlap", "async_tp_allreduce",
+                                         "overlap_grad_reduce", "overlap_param_gather")}
+    flag_cache: dict = {}
     per_layer_cache: dict = {}
     p2p_cache: dict = {}
     states_cache: dict = {}
     bounded = []
     for i, t in enumerate(pool):
         if i % 256 == 0 and time.perf_counter() > deadline:
-            raise _timed_out(limit, [], len(pool), 0, t0, flash, "bounding")
-        tp, pp, dp, cp, ep, v, mb, rec, sp, z, tpo, asy, opg, ogr = t
+            raise _timed_out(limit, [], len(pool), 0, t0, eng.name, stats, "bounding")
+        tp, pp, dp, cp, ep, v, mb, rec, z = t
         sk = (tp, pp, dp, cp, ep, z)
         states = states_cache.get(sk)
         if states is None:
             states = states_cache[sk] = states_of(*sk)
         if states > cap:
             if nearest is None or states < nearest[0]:
-                nearest = (states, None, to_parallel(t))
+                nearest = (states, None, to_parallel(t, fixed))
             continue
-        lk = (tp, cp, ep, mb, rec, sp, tpo, asy)  # what the per-layer time depends on
+        fk = (tp, z)
+        if fk not in flag_cache:
+            flag_cache[fk] = engine_flags(eng, cluster.gpu, tp, z, given)
+        f = flag_cache[fk]
+        lk = (tp, cp, ep, mb, rec, f["sequence_parallel"], f["tp_comm_overlap"], f["async_tp_allreduce"], f["attention"])
         if lk not in per_layer_cache:
-            per_layer_cache[lk] = per_layer_time(model, cluster, job, lk, flash)
+            per_layer_cache[lk] = per_layer_time(model, cluster, job, lk, C)
         m = job.global_batch_size // (mb * dp)
         pk = (tp, cp, dp, pp, mb, v)
         if pk not in p2p_cache:
-            p2p_cache[pk] = p2p_per_stage(model, cluster, job, pk) if pp > 1 else 0.0
-        lb = step_lower_bound(model.layers, pp, v, m, per_layer_cache[lk], p2p_cache[pk], STEP_OVERHEAD_S)
+            p2p_cache[pk] = p2p_per_stage(model, cluster, job, pk, C) if pp > 1 else 0.0
+        lb = step_lower_bound(model.layers, pp, v, m, per_layer_cache[lk], p2p_cache[pk], C.STEP_OVERHEAD_S, split_unit(v, eng))
         bounded.append((lb, _tuple_key(t), t))
     bounded.sort(key=lambda x: (x[0], x[1]))
     kth: list[float] = []  # max-heap (negated) of the K best exact times so far
     found: list = []
     evaluated = 0
-    mip_solves = 0
-    solved_before = _split.SOLVES[0]
+    lps_fixed = tuple(fixed["layers_per_stage"]) if fixed.get("layers_per_stage") else None
     for lb, _, t in bounded:
         if len(kth) >= top_k and lb > -kth[0]:
             break
-        par = to_parallel(t)
         if time.perf_counter() > deadline:
-            raise _timed_out(limit, found, len(pool), evaluated, t0, flash, "ranking", top_k)
+            raise _timed_out(limit, found, len(pool), evaluated, t0, eng.name, stats, "ranking", top_k)
+        tp, pp, dp, cp, ep, v, mb, rec, z = t
+        par = to_parallel(t, fixed).replace(**flag_cache[(tp, z)])
+        par = par.replace(schedule=par.schedule or ("interleaved" if v > 1 else eng.default_schedule))
         evaluated += 1
-        est = estimate(model, cluster, job, par, flash_attention=flash, validate=False)
-        if par.pp > 1 and opts.uneven_split and split_may_help(est, par, job, cap, kth, top_k):
-            mip_solves += 1
-            split = optimal_split(model, cluster, job, par, flash, cap, time_limit_s=max(0.01, deadline - time.perf_counter()))
+        lps = lps_fixed or default_split(model, pp, v, eng)
+        est = price(model, cluster, job, par, lps, eng, C)
+        if par.pp > 1 and opts.uneven_split and lps_fixed is None and split_may_help(est, par, job, cap, kth, top_k, split_unit(v, eng)):
+            split = optimal_split(model, cluster, job, par, cap, C, eng, time_limit_s=max(0.01, deadline - time.perf_counter()), stats=stats)
             if split is not None and split != est.layers_per_stage:
-                par2 = replace(par, layers_per_stage=split)
-                est2 = estimate(model, cluster, job, par2, flash_attention=flash, validate=False)
+                est2 = price(model, cluster, job, par, split, eng, C)
                 if est2.fits and (not est.fits or est2.step_time_s < est.step_time_s):
-                    par, est = par2, est2
+                    est = est2
+        par = est.parallel
         if not est.fits:
             if nearest is None or nearest[1] is None or est.memory_peak_bytes < nearest[1].memory_peak_bytes:
                 nearest = (est.memory_peak_bytes, est, par)
@@ -225,22 +284,22 @@ def plan(
         raise _no_fit(model, cluster, job, nearest, cap)
     ranked = sorted(found, key=lambda x: (x[0], x[1]))[:top_k]
     plans = [Plan(i + 1, par, est) for i, (_, _, est, par) in enumerate(ranked)]
-    solver = solver_name() if _split.SOLVES[0] > solved_before else (
-        "none (every split program was ruled out by its memory rows)" if mip_solves else "none (no pipeline split to decide)")
-    result = PlanResult(plans, solver, len(pool), evaluated, time.perf_counter() - t0, flash,
-                        objective=objective, goodput=goodput if objective == "goodput" else None)
-    result.notes.append(f"{_split.SOLVES[0] - solved_before} layer-split integer programs solved "
-                        f"({mip_solves - (_split.SOLVES[0] - solved_before)} more ruled out by their memory rows alone)")
+    solver = stats.solver if stats.programs else "none"
+    result = PlanResult(plans, solver, len(pool), evaluated, time.perf_counter() - t0, eng.name,
+                        objective=objective, goodput=goodput if objective == "goodput" else None, stats=stats)
+    if stats.programs or stats.ruled_out:
+        result.notes.append(f"{stats.programs} layer-split integer programs solved"
+                            f" ({stats.ruled_out} more ruled out by their memory rows alone)")
     return result
 
 
-def _timed_out(limit: float, found: list, candidates: int, evaluated: int, t0: float, flash: bool, phase: str, top_k: int = 1) -> SolverFailure:
+def _timed_out(limit: float, found: list, candidates: int, evaluated: int, t0: float, engine: str, stats: SolveStats,
+               phase: str, top_k: int = 1) -> SolverFailure:
     """SolverFailure carrying a PlanResult of the plans found so far (possibly none)."""
     ranked = sorted(found, key=lambda x: (x[0], x[1]))[:top_k]
     plans = [Plan(i + 1, par, est) for i, (_, _, est, par) in enumerate(ranked)]
-    solver = _split.USED[0]  # the last solver used in this process, if any
-    best = PlanResult(plans, solver, candidates, evaluated, time.perf_counter() - t0, flash,
-                      [f"time limit of {limit:g} s hit while {phase}; not proven best"])
+    best = PlanResult(plans, stats.solver, candidates, evaluated, time.perf_counter() - t0, engine,
+                      [f"time limit of {limit:g} s hit while {phase}; not proven best"], stats=stats)
     what = (f"best so far: step {plans[0].estimate.step_time_s:.3g} s with tp={plans[0].parallel.tp} pp={plans[0].parallel.pp} "
             f"dp={plans[0].parallel.dp} cp={plans[0].parallel.cp}") if plans else "no plan that fits found yet"
     return SolverFailure(f"time limit of {limit:g} s hit after {evaluated} of {candidates} candidates evaluated ({what}); "
@@ -257,7 +316,7 @@ def _no_fit(model, cluster, job, nearest, cap) -> NoFeasiblePlan:
     acts = max((st.activations_bytes for st in est.stages), default=0.0) if est is not None else 0.0
     if par.recompute != "full" and acts > short:
         hints.append("full activation recompute (--recompute full)")
-    if par.zero < 3 and par.pp == 1:
+    if (par.zero or 0) < 3 and par.pp == 1:
         hints.append("ZeRO-3 / FSDP sharding (--zero 3)")
     factor = need / cap
     more = 2 ** math.ceil(math.log2(max(factor, 1.0001)))

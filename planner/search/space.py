@@ -1,10 +1,14 @@
-"""The candidate space: every parallel configuration the engines accept for a job.
+"""The candidate space: every parallel configuration an engine accepts for a job.
 
 Each dimension lives on a small discrete set (search_design.md sec. 1): divisors of the GPU
-count for tp x pp x dp x cp (x ep), tp inside the NVLink domain and dividing the heads,
-micro-batch sizes dividing global_batch / dp, vpp dividing the layers per stage, three
-recompute levels, ZeRO 0-3 (capped), sequence parallelism on/off. ``fixed`` pins any field
-(the non-null fields of a scenario's ``parallel`` block).
+count for tp x pp x dp x cp (x ep), tp inside the NVLink domain and dividing the heads
+(:func:`planner.cost.rules.tp_ok`), micro-batch sizes dividing global_batch / dp, vpp such that
+every stage holds whole chunks (or uneven chunks where the engine takes a layout), the
+engine's recompute levels and ZeRO stages (:mod:`planner.engines`). Fields the engine decides
+and that only ever help (sequence parallelism, the overlaps, the attention kernel) are not
+searched: each candidate is resolved by :func:`planner.engines.resolve`, the same function
+``estimate`` uses. ``fixed`` pins any field (the non-null fields of a scenario's ``parallel``
+block, or the CLI's flags).
 
 Modern dimensions (docs/cost_model_modern.md): context parallelism ``cp`` ranges over divisors
 of the GPU count up to ``max_cp`` with 2 cp dividing the sequence (load-balanced causal
@@ -19,17 +23,28 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from planner.engines import default_generation, features
+from planner.cost.rules import tp_ok
+from planner.engines import Engine, default_split, get_engine, interleaving_ok, resolve
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
-__all__ = ["SearchOptions", "divisors", "candidates", "candidate_tuples", "to_parallel", "FIELDS"]
+__all__ = ["SearchOptions", "divisors", "candidates", "candidate_tuples", "to_parallel", "FIELDS", "TUPLE_FIELDS"]
 
-FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "sequence_parallel", "zero", "schedule")
+# The fields a search may fix or choose.
+FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "sequence_parallel", "zero", "schedule",
+          "attention", "tp_comm_overlap", "async_tp_allreduce", "overlap_grad_reduce", "overlap_param_gather")
+# A candidate tuple, in this order.
+TUPLE_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "zero")
 
 
 @dataclass(frozen=True)
 class SearchOptions:
-    """What the search may choose. ``fixed`` maps a field of ParallelConfig to its value."""
+    """What the search may choose. ``fixed`` maps a field of ParallelConfig to its value.
+
+    ``engine``: the engine every plan must run on (name or profile; None: the default engine).
+
+    >>> SearchOptions(fixed={"tp": 8}, engine="torchtitan").engine
+    'torchtitan'
+    """
 
     fixed: dict = field(default_factory=dict, hash=False)
     allow_tp_across_nodes: bool = False
@@ -38,8 +53,7 @@ class SearchOptions:
     recompute: tuple[str, ...] = ("none", "selective", "full")
     max_vpp: int = 16  # NeMo tunes up to 12-20 virtual stages (recommended_model_configs)
     max_cp: int = 64
-    flash_attention: bool | None = None  # None: from the engine generation
-    generation: str | None = None  # legacy | modern; None: planner.engines.default_generation
+    engine: "str | Engine | None" = None
     uneven_split: bool = True
 
 
@@ -54,32 +68,40 @@ def _pick(fixed: dict, name: str, options):
     return list(options)
 
 
+def to_parallel(t: tuple, fixed: dict | None = None) -> ParallelConfig:
+    """The ParallelConfig of a candidate tuple, with the fixed engine-decided fields; the rest
+    stay None for :func:`planner.engines.resolve`."""
+    kw = dict(zip(TUPLE_FIELDS, t))
+    for k in ("sequence_parallel", "schedule", "attention", "tp_comm_overlap", "async_tp_allreduce", "overlap_grad_reduce",
+              "overlap_param_gather", "layers_per_stage", "zero_shard_degree"):
+        if fixed and fixed.get(k) is not None:
+            kw[k] = tuple(fixed[k]) if k == "layers_per_stage" else fixed[k]
+    return ParallelConfig(**kw)
+
+
 def candidates(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: SearchOptions):
-    """Yield every ParallelConfig (even layer split) that satisfies the engines' rules."""
+    """Yield every resolved ParallelConfig (engine's default split) that satisfies the rules."""
+    eng = get_engine(opts.engine)
     for t in candidate_tuples(model, cluster, job, opts):
-        yield to_parallel(t)
-
-
-def to_parallel(t: tuple) -> ParallelConfig:
-    tp, pp, dp, cp, ep, v, mb, rec, sp, z, tpo, asy, opg, ogr = t
-    return ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=v, micro_batch_size=mb, recompute=rec, sequence_parallel=sp, zero=z,
-                          tp_comm_overlap=tpo, async_tp_allreduce=asy, overlap_param_gather=opg, overlap_grad_reduce=ogr)
+        yield resolve(to_parallel(t, opts.fixed), model, cluster, job, eng)[0]
 
 
 def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: SearchOptions):
-    """Yield (tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, sequence_parallel, zero, tp_comm_overlap, async_tp_allreduce,
-    overlap_param_gather, overlap_grad_reduce)."""
+    """Yield (tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, zero) for every candidate."""
     n = cluster.num_gpus
     fx = opts.fixed
-    feats = features(opts.generation or default_generation(job))
+    eng = get_engine(opts.engine)
     dom = cluster.nvlink_domain
-    tps = [t for t in divisors(n) if model.heads % t == 0 and (model.is_mla or model.kv_heads % t == 0 or t % model.kv_heads == 0)]
+    tps = [t for t in divisors(n) if tp_ok(model, t) and (t == 1 or eng.tensor_parallel)]
     if not opts.allow_tp_across_nodes:
         tps = [t for t in tps if t <= dom]
     tps = _pick(fx, "tp", tps)
-    max_cp = opts.max_cp if feats["context_parallel"] else 1
+    max_cp = opts.max_cp if eng.context_parallel else 1
     cps = _pick(fx, "cp", [c for c in divisors(n) if c <= max_cp and (c == 1 or job.seq_len % (2 * c) == 0)])
     pps = _pick(fx, "pp", [p for p in divisors(n) if p <= model.layers])
+    zeros_all = [z for z in opts.zero_stages if z in eng.zero_stages]
+    recs = _pick(fx, "recompute", [r for r in opts.recompute if r in eng.recompute])
+    interleave = "interleaved" in eng.schedules and fx.get("schedule") in (None, "interleaved")
     for tp, cp, pp in itertools.product(tps, cps, pps):
         if n % (tp * cp * pp):
             continue
@@ -93,37 +115,20 @@ def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: Sea
         if fx.get("micro_batch_size") is not None:  # a fixed micro-batch must divide the per-rank batch
             mbs = [fx["micro_batch_size"]] if per_rank % fx["micro_batch_size"] == 0 else []
         eps = [1]
-        if model.moe is not None:
+        if model.moe is not None and eng.expert_parallel:
             eps = [e for e in divisors(model.moe.experts) if (dp * cp) % e == 0]
         eps = _pick(fx, "ep", eps)
-        sps = _pick(fx, "sequence_parallel", [True, False] if feats["sequence_parallel"] else [False]) if tp > 1 else [False]
-        zeros = _pick(fx, "zero", opts.zero_stages)
-        recs = _pick(fx, "recompute", [r for r in opts.recompute if r != "selective" or feats["selective_recompute"]])
+        zeros = _pick(fx, "zero", [z for z in zeros_all if pp == 1 or eng.mode(z).with_pp])
         if pp == 1:
             vpps = [1]
         else:
-            # Interleaving needs every stage to hold whole chunks: v | layers, at least one chunk
-            # per virtual stage (stages may differ by whole chunks, as in Llama 3's 126 layers).
-            L = model.layers
             top = max(opts.max_vpp, fx.get("vpp") or 0)  # a fixed vpp may exceed the searched range
-            if L % pp == 0:  # equal stages: v divides each stage's layers
-                vpps = [v for v in range(1, top + 1) if (L // pp) % v == 0]
-            else:
-                vpps = [v for v in range(1, top + 1) if L % v == 0 and L >= pp * v]
-            if not vpps:
-                vpps = [1]
+            lps_fixed = tuple(fx["layers_per_stage"]) if fx.get("layers_per_stage") else None
+            vpps = [1] + [v for v in range(2, top + 1) if interleave and
+                          interleaving_ok(lps_fixed or default_split(model, pp, v, eng), v, eng)]
         if fx.get("vpp") is not None:  # a fixed vpp must still satisfy the pipeline's rules
             vpps = [fx["vpp"]] if fx["vpp"] in vpps else []
-        for mb, ep, sp, z, rec, v in itertools.product(mbs, eps, sps, zeros, recs, vpps):
-            m = per_rank // mb
-            if v > 1 and m % pp:
-                continue
-            if z >= 2 and pp > 1:
-                continue  # Megatron/DeepSpeed pipelines accept ZeRO 0-1 only
-            # TP overlap only ever hides time, so it is on wherever the engine has it (needs SP).
-            tpo = fx.get("tp_comm_overlap", feats["tp_comm_overlap"]) and sp and tp > 1
-            asy = fx.get("async_tp_allreduce", feats["async_tp_allreduce"])
-            # Overlapping the weight gather only ever hides time; it needs ZeRO 1/2's gather.
-            ogr = fx.get("overlap_grad_reduce", feats["overlap_grad_reduce"])
-            opg = fx.get("overlap_param_gather", feats["overlap_param_gather"]) and z in (1, 2) and ogr
-            yield (tp, pp, dp, cp, ep, v, mb, rec, sp, z, tpo, asy, opg, ogr)
+        for mb, ep, z, rec, v in itertools.product(mbs, eps, zeros, recs, vpps):
+            if v > 1 and (per_rank // mb) % pp:
+                continue  # interleaving needs the micro-batch count divisible by pp
+            yield (tp, pp, dp, cp, ep, v, mb, rec, z)

@@ -1,21 +1,24 @@
-"""Calibration of the cost model's constants: the override context, identifiability, and
-recovery of known constants from synthetic measurements made with the real cost model."""
+"""Calibration of the cost model's constants: constants as values (no module state edited),
+identifiability, and recovery of known constants from synthetic measurements made with the
+real cost model."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from planner.cost import constants as C
+from concurrent.futures import ThreadPoolExecutor
+
 from planner.calibration.fit import ProfileEntry
 from planner.calibration.profile import (
+    Calibration,
     CalibrationRun,
-    constants_override,
+    calibration_from_profile,
     fit_runs,
     identifiable,
     predict_step_time,
-    profile_overrides,
 )
+from planner.cost.constants import DEFAULT_CONSTANTS
 from planner.cost.estimate import estimate
 from planner.errors import InputError
 from planner.io.loaders import load_model, make_cluster
@@ -58,23 +61,26 @@ def test_recovers_known_constants_within_3_sigma():
     assert res.mape_before_pct > 5 and res.mape_after_pct < 3
 
 
-def test_override_changes_predictions_and_restores():
-    m, c, j = load_model("gpt3-1.3b"), make_cluster("a100-sxm4-80gb", 8), Job(2048, 64)
-    par = ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=2)
-    before = estimate(m, c, j, par).step_time_s  # fills the caches
-    eff, ib = C.TRAINING_KERNEL_EFFICIENCY, C.LINK_DEFAULTS["infiniband"]
-    with constants_override({"TRAINING_KERNEL_EFFICIENCY": 0.5, "INTER_NODE_EFFICIENCY": 0.5}):
-        assert C.TRAINING_KERNEL_EFFICIENCY == 0.5 and C.LINK_DEFAULTS["infiniband"][1] == 0.5
-        slower = estimate(m, c, j, par).step_time_s
-        assert make_cluster("a100-sxm4-80gb", 16).inter.efficiency == 0.5
-    assert slower > 1.2 * before  # caches were cleared on entry
-    assert C.TRAINING_KERNEL_EFFICIENCY == eff and C.LINK_DEFAULTS["infiniband"] == ib
-    assert estimate(m, c, j, par).step_time_s == pytest.approx(before, rel=1e-12)  # and on exit
+def test_constants_are_values_and_reentrant():
+    m, c, j = load_model("gpt3-1.3b"), make_cluster("a100-sxm4-80gb", 16), Job(2048, 64)
+    par = ParallelConfig(tp=1, pp=1, dp=16, micro_batch_size=2)
+    before = estimate(m, c, j, par).step_time_s
+    cal = Calibration.from_values({"TRAINING_KERNEL_EFFICIENCY": 0.5, "INTER_NODE_EFFICIENCY": 0.5})
+    assert cal.constants.TRAINING_KERNEL_EFFICIENCY == 0.5 and cal.cluster(c).inter.efficiency == 0.5
+    slower = estimate(m, cal.cluster(c), j, par, constants=cal.constants).step_time_s
+    assert slower > 1.2 * before
+    # nothing global moved: the defaults and a fresh cluster are as they were
+    assert DEFAULT_CONSTANTS.TRAINING_KERNEL_EFFICIENCY == 0.84 and make_cluster("a100-sxm4-80gb", 16).inter.efficiency == c.inter.efficiency
+    assert estimate(m, c, j, par).step_time_s == before
+    # two calibrations priced at the same time in threads give the sequential answers
+    jobs = [(DEFAULT_CONSTANTS, c), (cal.constants, cal.cluster(c))] * 8
+    with ThreadPoolExecutor(4) as ex:
+        got = list(ex.map(lambda x: estimate(m, x[1], j, par, constants=x[0]).step_time_s, jobs))
+    assert got == [before, slower] * 8
     with pytest.raises(InputError):
-        with constants_override({"NOT_A_CONSTANT": 0.5}):
-            pass
+        Calibration.from_values({"NOT_A_CONSTANT": 0.5})
     with pytest.raises(InputError):
-        profile_overrides({"HBM_STREAM_EFFICIENCY": ProfileEntry(1.5, 0.1, 3, "2025-01-01")})
+        calibration_from_profile({"HBM_STREAM_EFFICIENCY": ProfileEntry(1.5, 0.1, 3, "2025-01-01")})
 
 
 def test_identifiable_drops_blind_constants():

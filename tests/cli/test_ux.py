@@ -250,7 +250,7 @@ def test_timeline_rejects_another_document(capsys, tmp_path):
     assert code == 2 and err.count("\n") == 1 and "planner-plan/1" in err
 
 
-def test_generation_flag_changes_the_engine_features_and_rejects_unknown_names():
+def test_engine_flag_changes_the_engine_features_and_rejects_unknown_names():
     from planner.cli.app import main
 
     base = ["plan", "--model", "gpt3-1.3b", "--gpu", "a100-sxm4-80gb", "--gpus", "8", "-s", "2048", "-b", "64",
@@ -265,14 +265,15 @@ def test_generation_flag_changes_the_engine_features_and_rejects_unknown_names()
             code = main(base + extra)
         return code, buf.getvalue()
 
-    code_l, out_l = run([])
-    code_m, out_m = run(["--generation", "modern"])
+    code_l, out_l = run(["--engine", "megatron-legacy"])
+    code_m, out_m = run([])
     assert code_l == 0 and code_m == 0
-    legacy = _json.loads(out_l)["plans"][0]
-    modern = _json.loads(out_m)["plans"][0]
-    assert legacy["parallel"]["cp"] == 1 and legacy["parallel"]["recompute"] != "selective"
-    assert modern["predicted"]["step_time_s"] <= legacy["predicted"]["step_time_s"]
-    assert main(base + ["--generation", "old"]) == 2
+    legacy, modern = _json.loads(out_l), _json.loads(out_m)
+    assert legacy["engine"] == "megatron-legacy" and modern["engine"] == "megatron-core"
+    lp = legacy["plans"][0]
+    assert lp["parallel"]["cp"] == 1 and lp["parallel"]["recompute"] != "selective" and lp["parallel"]["attention"] == "unfused"
+    assert modern["plans"][0]["predicted"]["step_time_s"] <= lp["predicted"]["step_time_s"]
+    assert main(base + ["--engine", "old"]) == 2
 
 
 def test_every_command_help_has_an_example():

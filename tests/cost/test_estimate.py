@@ -14,7 +14,7 @@ import math
 
 import pytest
 
-from planner.cost import constants as C
+from planner.cost.constants import DEFAULT_CONSTANTS as C
 from planner.cost import memory as M
 from planner.cost.estimate import estimate
 from planner.cost.flops import step_model_flops
@@ -43,7 +43,7 @@ def test_tp2_allreduce_by_hand(sp):
     model = gpt(16, 2048, 16)
     cluster = make_cluster("a100-sxm4-80gb", 8)
     job = Job(seq_len=2048, global_batch_size=32, precision="bf16")
-    par = ParallelConfig(tp=2, pp=1, dp=4, micro_batch_size=2, sequence_parallel=sp)
+    par = ParallelConfig(tp=2, pp=1, dp=4, micro_batch_size=2, sequence_parallel=sp, tp_comm_overlap=False)
     est = estimate(model, cluster, job, par)
     a, B = intra(cluster)
     assert (a, B) == (1e-6, 300e9 * 0.77)
@@ -65,8 +65,8 @@ def test_tp_full_recompute_adds_forward_allreduces():
     model = gpt(16, 2048, 16)
     cluster = make_cluster("a100-sxm4-80gb", 8)
     job = Job(seq_len=2048, global_batch_size=32, precision="bf16")
-    base = estimate(model, cluster, job, ParallelConfig(tp=4, dp=2, micro_batch_size=1))
-    full = estimate(model, cluster, job, ParallelConfig(tp=4, dp=2, micro_batch_size=1, recompute="full"))
+    base = estimate(model, cluster, job, ParallelConfig(tp=4, dp=2, micro_batch_size=1, tp_comm_overlap=False))
+    full = estimate(model, cluster, job, ParallelConfig(tp=4, dp=2, micro_batch_size=1, recompute="full", tp_comm_overlap=False))
     a, B = intra(cluster)
     n = 1 * 2048 * 2048 * 2
     # p = 4: rhd 4a + 1.5 n/B beats ring (6a + 1.5 n/B) and tree (4a + 2 n/B).
@@ -92,7 +92,7 @@ def test_pp_p2p_and_dp_allreduce_by_hand():
     assert est.time_breakdown_s["pp_comm_exposed_s"] == pytest.approx(m * 2 * t_p2p, rel=1e-12)
     # dp group of 2 (stride tp = 2): ring allreduce 2a + n/B of each stage's fp16 gradients;
     # the larger stage (the last: same layers + the tied output copy) sets the time.
-    params = [M.stage_params(model, 8, i, 2, 2, 1) for i in range(2)]
+    params = [M.stage_params(model, 8, i, 2, 2, 1, n_dense=8) for i in range(2)]
     grad = max(p["layers"] + p["embedding"] + p["output"] for p in params) * 2
     t_dp = 2 * a + grad / B
     dp = next(c for c in est.comm if c["kind"] == "dp")
@@ -106,11 +106,11 @@ def test_dp_across_nodes_by_hand():
     model = gpt(16, 2048, 16)
     cluster = make_cluster("a100-sxm4-80gb", 16)  # 8 x 400 Gb/s InfiniBand per node (default)
     job = Job(seq_len=2048, global_batch_size=32, precision="bf16")
-    par = ParallelConfig(tp=8, pp=1, dp=2, micro_batch_size=1, overlap_grad_reduce=False)
+    par = ParallelConfig(tp=8, pp=1, dp=2, micro_batch_size=1, overlap_grad_reduce=False, zero=0)
     est = estimate(model, cluster, job, par)
     a_net = cluster.inter.latency_s
     b_net = 400e9 / 8 * 8 * cluster.inter.efficiency / 8  # per GPU
-    p = M.stage_params(model, 16, 0, 1, 8, 1)
+    p = M.stage_params(model, 16, 0, 1, 8, 1, n_dense=16)
     grad = (p["layers"] + p["embedding"] + p["output"]) * 4  # fp32 main gradients (bf16)
     dp = next(c for c in est.comm if c["kind"] == "dp")
     assert dp["link"] == "infiniband"

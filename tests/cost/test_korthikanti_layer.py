@@ -6,6 +6,8 @@ not been fitted to these numbers; it must land within 15%."""
 
 import pytest
 
+from planner.cost.constants import DEFAULT_CONSTANTS as C
+from planner.engines import get_engine, resolve
 from planner.cost.stages import layer_costs
 from planner.io.loaders import make_cluster
 from planner.specs import Job, ModelSpec, ParallelConfig
@@ -26,8 +28,10 @@ TABLE4 = {
 
 @pytest.mark.parametrize("sp,rec", list(TABLE4))
 def test_layer_times_match_table4(sp, rec):
-    par = ParallelConfig(tp=8, dp=1, micro_batch_size=4, sequence_parallel=sp, recompute=rec, async_tp_allreduce=True)
-    dense, _, _, _, raw = layer_costs(MODEL, CLUSTER, JOB, par, False)
+    par = ParallelConfig(tp=8, dp=1, micro_batch_size=4, sequence_parallel=sp, recompute=rec, async_tp_allreduce=True,
+                         attention="unfused", tp_comm_overlap=False)
+    par = resolve(par, MODEL, CLUSTER, JOB, get_engine("megatron-core"))[0]
+    dense, _, _, _, raw = layer_costs(MODEL, CLUSTER, JOB, par, C)
     fwd_ms = 1e3 * (dense["compute"] - raw["bwd_dense_s"] + raw["tp_fwd_exposed_s"])
     bwd_ms = 1e3 * (raw["bwd_dense_s"] + raw["tp_bwd_exposed_s"])
     total_ms = 1e3 * sum(dense.values())

@@ -24,7 +24,7 @@ import math
 
 import pytest
 
-from planner.cost import constants as C
+from planner.cost.constants import DEFAULT_CONSTANTS as C
 from planner.cost.estimate import estimate
 from planner.cost import memory as M
 from planner.cost.memory import activation_bytes_per_layer, bytes_per_param, inflight_microbatches
@@ -46,7 +46,7 @@ SHAPES = [  # (layers, hidden, heads, seq, micro-batch)
 
 
 def act(model, b, s, t, sp, rec):
-    return activation_bytes_per_layer(model, b, s, t, 1, sp, rec, flash_attention=False)
+    return activation_bytes_per_layer(model, b, s, t, 1, sp, rec, flash_attention=False, C=C)
 
 
 @pytest.mark.parametrize("L,h,a,s,b", SHAPES)
@@ -79,7 +79,7 @@ def test_korthikanti_table2_gpt3_175b_per_layer():
 def test_flash_and_no_dropout_store_less():
     m = gpt(4, 1024, 8)
     unfused = act(m, 2, 1024, 2, True, "none")
-    flash = activation_bytes_per_layer(m, 2, 1024, 2, 1, True, "none", flash_attention=True)
+    flash = activation_bytes_per_layer(m, 2, 1024, 2, 1, True, "none", flash_attention=True, C=C)
     assert flash < unfused
     nodrop = ModelSpec(**{**m.__dict__, "bias": False})
     assert act(nodrop, 2, 1024, 2, True, "none") < unfused
@@ -88,18 +88,18 @@ def test_flash_and_no_dropout_store_less():
 # --- model states -----------------------------------------------------------------------------
 
 def test_zero_paper_16_bytes_per_param_fp16():
-    bpp = bytes_per_param("fp16", 0, 64)
+    bpp = bytes_per_param("fp16", 0, 64, "auto", C)
     assert bpp == {"weights": 2.0, "gradients": 2.0, "optimizer": 12.0}
     assert sum(bpp.values()) == 16.0
 
 
 @pytest.mark.parametrize("d", [1, 2, 8, 64, 1000])
 def test_distributed_optimizer_bf16_6_plus_12_over_d(d):
-    assert sum(bytes_per_param("bf16", 1, d).values()) == pytest.approx(6 + 12 / d)
+    assert sum(bytes_per_param("bf16", 1, d, "auto", C).values()) == pytest.approx(6 + 12 / d)
     # ZeRO 2 shards the fp32 gradients too; ZeRO 3 the weights (ZeRO paper sec. 5).
-    assert sum(bytes_per_param("bf16", 2, d).values()) == pytest.approx(2 + 16 / d)
-    assert sum(bytes_per_param("bf16", 3, d).values()) == pytest.approx(18 / d)
-    assert sum(bytes_per_param("fp16", 3, d).values()) == pytest.approx(16 / d)
+    assert sum(bytes_per_param("bf16", 2, d, "auto", C).values()) == pytest.approx(2 + 16 / d)
+    assert sum(bytes_per_param("bf16", 3, d, "auto", C).values()) == pytest.approx(18 / d)
+    assert sum(bytes_per_param("fp16", 3, d, "auto", C).values()) == pytest.approx(16 / d)
 
 
 # --- in-flight micro-batches --------------------------------------------------------------------
@@ -139,7 +139,7 @@ def _cases():
 @pytest.mark.parametrize("case", range(5))
 def test_stage_memory_is_sum_of_parts_and_peak_is_max(case):
     model, cluster, job, par, flash = _cases()[case]
-    est = estimate(model, cluster, job, par, flash_attention=flash)
+    est = estimate(model, cluster, job, par.replace(attention="flash" if flash else "unfused"))
     assert len(est.stages) == par.pp
     for st in est.stages:
         parts = st.weights_bytes + st.gradients_bytes + st.optimizer_bytes + st.activations_bytes + st.logits_bytes + st.buffers_bytes + st.reserve_bytes
@@ -164,8 +164,8 @@ def test_middle_stage_activations_are_korthikanti_times_inflight():
     model = gpt(L, h, a)
     cluster = make_cluster("a100-sxm4-80gb", 16)
     job = Job(seq_len=s, global_batch_size=64, precision="fp16")
-    par = ParallelConfig(tp=t, pp=p, dp=2, micro_batch_size=b)
-    est = estimate(model, cluster, job, par, flash_attention=False)
+    par = ParallelConfig(tp=t, pp=p, dp=2, micro_batch_size=b, sequence_parallel=False, zero=0)
+    est = estimate(model, cluster, job, par.replace(attention="unfused"))
     m = est.num_microbatches
     assert m == 64 // (b * 2)
     per_layer = s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
@@ -198,7 +198,7 @@ def test_peak_includes_buffers_and_reserve_against_states_only():
 ])
 def test_gradient_bytes_follow_the_reduction_dtype(precision, grad_reduce, want):
     assert M.grad_bytes(precision, grad_reduce) == want
-    assert M.bytes_per_param(precision, 0, 1, grad_reduce)["gradients"] == want
+    assert M.bytes_per_param(precision, 0, 1, grad_reduce, C)["gradients"] == want
 
 
 def test_bf16_gradients_halve_gradient_memory_and_traffic():

@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from planner.cost import constants as C
+from planner.cost.constants import DEFAULT_CONSTANTS as C
 from planner.cost import memory as M
 from planner.cost.comm import cp_hiding_local_len, cp_ring_exposed, cp_ring_time, group_links, moe_dispatch_bytes
 from planner.cost.compute import attention_efficiency, fp8_quant_time, layer_times, moe_load_factor
-from planner.cost.estimate import check_parallel, estimate
+from planner.cost.estimate import estimate
 from planner.cost.flops import attn_core_head_dims, kv_exchange_width, layer_flops, step_model_flops
 from planner.errors import InputError
 from planner.io.loaders import load_gpu, load_model, make_cluster
@@ -26,11 +26,11 @@ HBM = H100.hbm_bandwidth_bytes_per_s * C.HBM_STREAM_EFFICIENCY
 # --- long context / attention -----------------------------------------------------------------
 def test_attention_efficiency_closed_form():
     base = C.FLASH_ATTENTION_EFFICIENCY["hopper"]
-    assert attention_efficiency(H100, 8192) == pytest.approx(base)
+    assert attention_efficiency(H100, 8192, C=C) == pytest.approx(base)
     # s / (s + 220) / (8192 / 8412): 1024 -> 0.8231 / 0.97385 = 0.8452
-    assert attention_efficiency(H100, 1024) == pytest.approx(base * (1024 / 1244) / (8192 / 8412))
-    assert attention_efficiency(H100, 1024) / base == pytest.approx(0.8452, abs=1e-3)
-    assert attention_efficiency(H100, 131072) > base  # saturates slightly above the 8K figure
+    assert attention_efficiency(H100, 1024, C=C) == pytest.approx(base * (1024 / 1244) / (8192 / 8412))
+    assert attention_efficiency(H100, 1024, C=C) / base == pytest.approx(0.8452, abs=1e-3)
+    assert attention_efficiency(H100, 131072, C=C) > base  # saturates slightly above the 8K figure
 
 
 def test_causal_model_flops_halve_the_core():
@@ -49,9 +49,9 @@ def test_causal_model_flops_halve_the_core():
 def test_flash_attention_time_is_causal_half_at_long_context():
     m = load_model("llama3.1-405b")
     s, tp = 131072, 8
-    lt = layer_times(m, H100, "bf16", 1, s, tp, 1, True, True)
+    lt = layer_times(m, H100, "bf16", 1, s, tp, 1, True, True, C=C)
     core = 2.0 * s * s * (128 / tp) * 256 / 2  # causal half, a/t heads, d_qk + d_v = 256
-    t = core / (H100.peak("bf16") * attention_efficiency(H100, s))
+    t = core / (H100.peak("bf16") * attention_efficiency(H100, s, C=C))
     assert lt.fwd_attn_s == pytest.approx(t + C.GEMM_KERNEL_OVERHEAD_S)
     assert lt.bwd_attn_s == pytest.approx(2.5 * t + 2 * C.GEMM_KERNEL_OVERHEAD_S)
 
@@ -59,15 +59,15 @@ def test_flash_attention_time_is_causal_half_at_long_context():
 # --- FP8 ---------------------------------------------------------------------------------------
 def test_fp8_quant_kernels_closed_form():
     # one GEMM m=4096 tokens, n=8192 out, k=2048 in: fwd reads/writes 4 B x m k, bwd 4 B x m n
-    f, b = fp8_quant_time([(4096, 8192, 2048)], H100)
+    f, b = fp8_quant_time([(4096, 8192, 2048)], H100, C=C)
     assert f == pytest.approx(4 * 4096 * 2048 / HBM + C.ELEMENTWISE_KERNEL_OVERHEAD_S)
     assert b == pytest.approx(4 * 4096 * 8192 / HBM + C.ELEMENTWISE_KERNEL_OVERHEAD_S)
 
 
 def test_fp8_faster_gemms_but_not_2x_and_attention_unchanged():
     m = load_model("llama3.1-70b")
-    bf = layer_times(m, H100, "bf16", 1, 8192, 8, 1, True)
-    f8 = layer_times(m, H100, "fp8", 1, 8192, 8, 1, True)
+    bf = layer_times(m, H100, "bf16", 1, 8192, 8, 1, True, C=C)
+    f8 = layer_times(m, H100, "fp8", 1, 8192, 8, 1, True, C=C)
     assert f8.fwd_attn_s == bf.fwd_attn_s and f8.bwd_attn_s == bf.bwd_attn_s  # attention in BF16
     assert bf.fwd_quant_s == 0.0 and f8.fwd_quant_s > 0.0
     ratio = (bf.fwd_gemm_s + bf.bwd_gemm_s) / (f8.fwd_gemm_s + f8.bwd_gemm_s)
@@ -79,12 +79,12 @@ def test_fp8_faster_gemms_but_not_2x_and_attention_unchanged():
 
 
 def test_fp8_weight_and_activation_bytes():
-    assert M.bytes_per_param("fp8", 1, 8)["weights"] == pytest.approx(2 + C.FP8_WEIGHT_COPY_BYTES_PER_PARAM)
-    assert M.bytes_per_param("fp8", 3, 8)["weights"] == pytest.approx(2 / 8)  # copies only while gathered
+    assert M.bytes_per_param("fp8", 1, 8, "auto", C)["weights"] == pytest.approx(2 + C.FP8_WEIGHT_COPY_BYTES_PER_PARAM)
+    assert M.bytes_per_param("fp8", 3, 8, "auto", C)["weights"] == pytest.approx(2 / 8)  # copies only while gathered
     m = load_model("llama3.1-70b")  # no dropout, SwiGLU, GQA
     s, b, h, f, t = 8192, 1, 8192, 28672, 8
-    a16 = M.activation_bytes_per_layer(m, b, s, t, 1, True, "none", True)
-    a8 = M.activation_bytes_per_layer(m, b, s, t, 1, True, "none", True, precision="fp8")
+    a16 = M.activation_bytes_per_layer(m, b, s, t, 1, True, "none", True, C=C)
+    a8 = M.activation_bytes_per_layer(m, b, s, t, 1, True, "none", True, precision="fp8", C=C)
     qw = 8192
     # linear inputs go 2 B -> 1 B: QKV input s b h / t, fc1 input s b h / t, fc2 input s b f / t;
     # the out-projection keeps its bf16 copy for flash backward and adds a 1 B FP8 copy.
@@ -105,7 +105,7 @@ def test_kv_exchange_width():
 
 def test_cp_ring_closed_form_and_overlap():
     c = make_cluster("h100-sxm5-80gb", 128, 8, IB)
-    par = ParallelConfig(tp=8, cp=16)
+    par = ParallelConfig(tp=8, cp=16, dp=1)
     links = group_links(c, par)["cp"]
     assert links.size == 16 and links.m == 16  # stride tp = 8: every CP rank on another node
     kv = 2 * 8192 * 256  # bytes of one K+V block: 8192 local tokens x 256 elements x 2 B
@@ -122,16 +122,16 @@ def test_cp_ring_closed_form_and_overlap():
 def test_cp_hiding_length_matches_the_cost_model():
     m = load_model("llama3.1-405b")
     c = make_cluster("h100-sxm5-80gb", 128, 8, IB)
-    links = group_links(c, ParallelConfig(tp=8, cp=16))["cp"]
+    links = group_links(c, ParallelConfig(tp=8, cp=16, dp=1))["cp"]
     bw = links.inter.bandwidth_bytes_per_s
-    rate = H100.peak("bf16") * attention_efficiency(H100, 16384)
+    rate = H100.peak("bf16") * attention_efficiency(H100, 16384, C=C)
     L = cp_hiding_local_len(256, 16, 256, rate, bw)
     assert L == pytest.approx(2 * 256 * rate / (bw * 16 * 256))
     assert 900 < L < 1500  # ~1.2K tokens: 8K over cp 8 (1K local) cannot hide, 128K over cp 16 can
 
     def exposed(local):
         s = local * 16
-        lt = layer_times(m, H100, "bf16", 1, s, 8, 16, True)
+        lt = layer_times(m, H100, "bf16", 1, s, 8, 16, True, C=C)
         return cp_ring_exposed(links, 2 * local * 256, lt.fwd_attn_s, lt.bwd_attn_s)[0]
 
     assert exposed(4 * L) == 0.0 and exposed(L / 4) > 0.0
@@ -139,13 +139,13 @@ def test_cp_hiding_length_matches_the_cost_model():
 
 def test_cp_divides_activations_and_must_divide_half_the_sequence():
     m = load_model("llama3.1-405b")
-    a1 = M.activation_bytes_per_layer(m, 1, 131072, 8, 1, True, "none", True)
-    a16 = M.activation_bytes_per_layer(m, 1, 131072, 8, 16, True, "none", True)
+    a1 = M.activation_bytes_per_layer(m, 1, 131072, 8, 1, True, "none", True, C=C)
+    a16 = M.activation_bytes_per_layer(m, 1, 131072, 8, 16, True, "none", True, C=C)
     assert a1 / a16 == pytest.approx(16)
     c = make_cluster("h100-sxm5-80gb", 48, 8, IB)
-    check_parallel(m, c, Job(6144, 6), ParallelConfig(tp=8, cp=6, dp=1))  # 6144 / (2*6) = 512
-    with pytest.raises(InputError):
-        check_parallel(m, make_cluster("h100-sxm5-80gb", 24, 8, IB), Job(6148, 3), ParallelConfig(tp=8, cp=3, dp=1))
+    estimate(m, c, Job(6144, 6), ParallelConfig(tp=8, cp=6, dp=1))  # 6144 / (2*6) = 512: accepted
+    with pytest.raises(InputError, match="parallel.cp"):
+        estimate(m, make_cluster("h100-sxm5-80gb", 24, 8, IB), Job(6148, 3), ParallelConfig(tp=8, cp=3, dp=1))
 
 
 def test_cp_exposed_at_short_local_length_hidden_at_long():
@@ -169,11 +169,11 @@ def test_search_offers_cp_and_respects_seq_limit():
 # --- mixture of experts ------------------------------------------------------------------------
 def test_moe_load_factor():
     mix = load_model("mixtral-8x7b")
-    assert moe_load_factor(mix, 1) == 1.0
-    assert moe_load_factor(mix, 8) == C.MOE_DROPLESS_IMBALANCE
+    assert moe_load_factor(mix, 1, C=C) == 1.0
+    assert moe_load_factor(mix, 8, C=C) == C.MOE_DROPLESS_IMBALANCE
     capped = replace(mix, moe=replace(mix.moe, capacity_factor=1.25))
-    assert moe_load_factor(capped, 8) == 1.25 and moe_load_factor(capped, 1) == 1.25
-    assert moe_load_factor(load_model("llama3.1-8b"), 4) == 1.0
+    assert moe_load_factor(capped, 8, C=C) == 1.25 and moe_load_factor(capped, 1, C=C) == 1.25
+    assert moe_load_factor(load_model("llama3.1-8b"), 4, C=C) == 1.0
 
 
 def test_moe_dispatch_bytes_and_alltoall_links():
@@ -202,18 +202,18 @@ def test_moe_expert_gemm_tokens_and_four_alltoall_per_layer():
     a2a = group_links(c, par)["ep"].time("alltoall", 4096 * 2 * 4096 * 2 * C.MOE_DROPLESS_IMBALANCE)
     assert e.time_breakdown_s["ep_comm_exposed_s"] == pytest.approx(1 * 32 * 4 * a2a)
     # expert FLOPs: each GPU holds 1 expert and runs tokens * k * ep / E * load = 4096*2*1.1 rows
-    lt1 = layer_times(mix, H100, "bf16", 1, 4096, 1, 1, False, True, True, 8)
+    lt1 = layer_times(mix, H100, "bf16", 1, 4096, 1, 1, False, True, True, 8, C=C)
     capped = replace(mix, moe=replace(mix.moe, capacity_factor=2.2))
-    lt2 = layer_times(capped, H100, "bf16", 1, 4096, 1, 1, False, True, True, 8)
+    lt2 = layer_times(capped, H100, "bf16", 1, 4096, 1, 1, False, True, True, 8, C=C)
     assert lt2.fwd_gemm_s > lt1.fwd_gemm_s  # 2.2 vs 1.1 x the routed rows
 
 
 def test_moe_memory_experts_sharded_by_ep():
     ds = load_model("deepseek-v3")
-    p = M.stage_params(ds, 4, 1, 16, 1, 64)
+    p = M.stage_params(ds, 4, 1, 16, 1, 64, n_dense=0)
     per_layer_experts = 256 * 3 * 7168 * 2048
     assert p["experts"] == pytest.approx(4 * per_layer_experts / 64)
-    p0 = M.stage_params(ds, 4, 0, 16, 1, 64)  # first stage: 3 dense layers + 1 MoE layer
+    p0 = M.stage_params(ds, 4, 0, 16, 1, 64, n_dense=3)  # first stage: 3 dense layers + 1 MoE layer
     assert p0["experts"] == pytest.approx(per_layer_experts / 64)
 
 
@@ -226,9 +226,9 @@ def test_mla_projection_gemms_match_layer_flops():
     macs = h * qr + qr * a * 192 + h * (kvr + 64) + kvr * a * (128 + 128) + a * 128 * h
     assert lf.qkv + lf.out_proj == pytest.approx(2 * tokens * macs)
     # and the compute model prices those GEMMs, not the parameter-equivalent dense widths
-    t_mla = layer_times(ds, H100, "bf16", 1, tokens, 1, 1, False, True, False)
+    t_mla = layer_times(ds, H100, "bf16", 1, tokens, 1, 1, False, True, False, C=C)
     dense_eq = replace(ds, q_lora_rank=0, kv_lora_rank=0, qk_rope_head_dim=0, v_head_dim=0, moe=None)
-    t_dense = layer_times(dense_eq, H100, "bf16", 1, tokens, 1, 1, False, True, False)
+    t_dense = layer_times(dense_eq, H100, "bf16", 1, tokens, 1, 1, False, True, False, C=C)
     assert t_mla.fwd_gemm_s < t_dense.fwd_gemm_s
 
 

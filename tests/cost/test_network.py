@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from planner.cost.collectives import cluster_levels
-from planner.cost.network import Tier, Topology, tiers_from_list
+from planner.io.loaders import tiers_from_list
+from planner.cost.network import Tier, Topology
 from planner.errors import InputError
 from planner.io.loaders import make_cluster
 
@@ -15,14 +16,14 @@ TIERS = [{"name": "leaf", "nodes": 4, "oversubscription": 1.0}, {"name": "spine"
 
 
 def dgx_h100(gpus=64, tiers=TIERS):
-    return Topology.from_cluster(make_cluster("h100-sxm5-80gb", gpus, 8, IB), tiers)
+    return Topology.from_cluster(make_cluster("h100-sxm5-80gb", gpus, 8, IB), tiers_from_list(tiers))
 
 
 def test_chapter_2_to_1_oversubscription():
     # Seed chapter sec. 3 item 9: two 10 Gb/s servers under a ToR with one 10 Gb/s uplink
     # to the spine: 2:1, each cross-rack flow gets 5 Gb/s. 4 servers, 1 GPU each, 2 per ToR.
     c = make_cluster("a100-sxm4-80gb", 4, 1, {"kind": "ethernet", "gbps_per_nic": 10, "nics_per_node": 1, "efficiency": 1.0, "latency_us": 0})
-    topo = Topology.from_cluster(c, [{"name": "tor", "nodes": 2}, {"name": "spine", "oversubscription": 2}])
+    topo = Topology.from_cluster(c, tiers_from_list([{"name": "tor", "nodes": 2}, {"name": "spine", "oversubscription": 2}]))
     same_rack, cross_rack = topo.group(2, 1), topo.group(2, 2)
     assert same_rack.inter.bandwidth_bytes_per_s * 8 == pytest.approx(10e9)
     assert cross_rack.inter.bandwidth_bytes_per_s * 8 == pytest.approx(5e9)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from planner.cost import constants as C
+from planner.cost.constants import DEFAULT_CONSTANTS as C
 from planner.cost import memory as M
 from planner.cost.comm import dp_collective_parts, group_links
 from planner.cost.estimate import estimate
 from planner.cost.stages import overlap_exposed, stage_sync
+from planner.engines import get_engine, resolve
 from planner.io.loaders import make_cluster
 from planner.specs import Job, ModelSpec, ParallelConfig
 
@@ -19,11 +20,15 @@ JOB = Job(seq_len=2048, global_batch_size=32, precision="bf16")
 CLUSTER = make_cluster("a100-sxm4-80gb", 16)  # dp over InfiniBand: communication of the same order as compute
 
 
+ENG = get_engine("megatron-core")
+
+
 def _sync(par: ParallelConfig, bwd_s: float, fwd_s: float) -> tuple[dict, float, float]:
-    params = M.stage_params(MODEL, 16, 0, 1, par.tp, 1)
+    par = resolve(par, MODEL, CLUSTER.with_gpus(par.tp * (par.dp or 1)), JOB, ENG)[0]
+    params = M.stage_params(MODEL, 16, 0, 1, par.tp, 1, n_dense=16)
     dense = params["layers"] + params["embedding"] + params["output"]
     red, gat = dp_collective_parts(group_links(CLUSTER, par)["dp_cp"], dense * M.grad_bytes("bf16"), dense * 2, min(par.zero, 2))
-    return stage_sync(CLUSTER, JOB, par, params, 16, 1.0, 4, bwd_s, fwd_s), red, gat
+    return stage_sync(CLUSTER, JOB, par, params, 16, 1.0, 4, bwd_s, fwd_s, C, ENG), red, gat
 
 
 @pytest.mark.parametrize("bwd_s,fwd_s", [(0.0, 0.0), (1e-4, 5e-5), (0.01, 0.005), (1.0, 0.5)])
@@ -32,17 +37,17 @@ def test_param_gather_overlaps_the_forward_and_the_reduction_the_backward(bwd_s,
     sync, red, gat = _sync(par, bwd_s, fwd_s)
     eta = C.COMM_COMPUTE_OVERLAP_EFFICIENCY
     want = (red - eta * min(red, 16 * bwd_s)) + (gat - eta * min(gat, 16 * fwd_s))
-    assert sync["dp_exposed_s"] == pytest.approx(want, rel=1e-12)
-    assert sync["dp_s"] == pytest.approx(red + gat, rel=1e-12)
-    assert sync["dp_parts"] == ((red, 16 * bwd_s), (gat, 16 * fwd_s))
+    assert sync["exposed_s"] == pytest.approx(want, rel=1e-12)
+    assert sync["total_s"] == pytest.approx(red + gat, rel=1e-12)
+    assert sync["parts"] == ((red, 16 * bwd_s), (gat, 16 * fwd_s))
 
 
 @pytest.mark.parametrize("bwd_s", [0.0, 1e-4, 0.01, 1.0])
 def test_without_param_gather_overlap_both_halves_share_the_backward(bwd_s):
     sync, red, gat = _sync(ParallelConfig(tp=8, dp=2, zero=1, overlap_param_gather=False), bwd_s, bwd_s / 2)
-    assert sync["dp_exposed_s"] == pytest.approx(overlap_exposed(red + gat, 16 * bwd_s), rel=1e-12)
+    assert sync["exposed_s"] == pytest.approx(overlap_exposed(red + gat, 16 * bwd_s, C), rel=1e-12)
     on, _, _ = _sync(ParallelConfig(tp=8, dp=2, zero=1, overlap_param_gather=True), bwd_s, bwd_s / 2)
-    assert on["dp_exposed_s"] <= sync["dp_exposed_s"] + 1e-15  # a second window only hides more
+    assert on["exposed_s"] <= sync["exposed_s"] + 1e-15  # a second window only hides more
 
 
 def test_zero0_has_no_gather_to_overlap():

@@ -14,6 +14,7 @@ from rich.console import Console
 
 import planner.cli  # noqa: F401  (registers the commands)
 from planner.cli.app import main
+from planner.cost.constants import DEFAULT_CONSTANTS as C
 from planner.cost.estimate import estimate
 from planner.io.loaders import load_model, make_cluster
 from planner.report.explain import changes, explain, neighbours, render_explanation, time_rows
@@ -75,7 +76,7 @@ def test_neighbours_move_one_knob():
 def test_changes_are_real_predictions_and_a_bad_plan_gets_a_better_one():
     bad = ParallelConfig(tp=8, pp=1, dp=2, micro_batch_size=1, recompute="full", sequence_parallel=True, zero=1)
     base = estimate(MODEL, CLUSTER, JOB, bad)
-    found = changes(MODEL, CLUSTER, JOB, bad, True, base, k=3)
+    found = changes(MODEL, CLUSTER, JOB, base.parallel, base.engine, C, base, k=3)
     assert len(found) == 3
     for c in found:
         again = estimate(MODEL, CLUSTER, JOB, c.parallel)
@@ -89,7 +90,7 @@ def test_changes_are_real_predictions_and_a_bad_plan_gets_a_better_one():
 
 def test_render_fits_80_columns_without_escapes():
     par = ParallelConfig(tp=2, pp=4, dp=2, vpp=2, micro_batch_size=1, recompute="selective", sequence_parallel=True, zero=1)
-    x = explain(MODEL, CLUSTER, JOB, par, True)
+    x = explain(MODEL, CLUSTER, JOB, par)
     buf = io.StringIO()
     Console(file=buf, width=80, color_system=None, force_terminal=False).print(render_explanation(x, "plan 1"))
     text = buf.getvalue()
@@ -104,7 +105,7 @@ def test_stage_phases_add_up_to_the_cost_model(interleaved_doc):
     ctx = plan_context(interleaved_doc, 1)
     est = ctx.estimate
     assert est.step_time_s == pytest.approx(ctx.stored_step_time_s, rel=1e-9)
-    phases, p2p = stage_phases(ctx.model, ctx.cluster, ctx.job, ctx.parallel, ctx.flash)
+    phases, p2p = stage_phases(ctx.model, ctx.cluster, ctx.job, est.parallel, ctx.engine, ctx.constants)
     assert p2p > 0
     for ph, t in zip(phases, est.stage_times_s):
         assert ph["fwd_s"] > 0 and ph["bwd_s"] > ph["fwd_s"] and ph["recompute_s"] >= 0

@@ -11,23 +11,25 @@ import random
 
 import pytest
 
-from planner.cost.compute import supports_flash
+from planner.cost.constants import DEFAULT_CONSTANTS as C
 from planner.cost.estimate import estimate
-from planner.engines import resolve_flash
+from planner.engines import engine_flags, get_engine
 from planner.io.loaders import make_cluster
-from planner.search import split_highs
 from planner.search.bounds import p2p_per_stage, per_layer_time, step_lower_bound
-from planner.search.plan import STEP_OVERHEAD_S
+from planner.search.milp import INF, Program, highs_available
 from planner.search.space import SearchOptions, candidate_tuples, to_parallel
-from planner.search.split import StageAffine, chunk_bounds
+from planner.search.split import StageAffine, chunk_bounds, split_unit
 from planner.specs import Job, ModelSpec, MoESpec
 
 
-def _splits(layers: int, pp: int, v: int):
-    k = layers // v
+def _splits(layers: int, pp: int, v: int, unit: int):
+    """Splits of at least v layers a stage, in units of ``unit`` layers."""
+    k = layers // unit
     for cuts in itertools.combinations(range(1, k), pp - 1):
         b = (0, *cuts, k)
-        yield tuple(v * (y - x) for x, y in zip(b, b[1:]))
+        parts = tuple(unit * (y - x) for x, y in zip(b, b[1:]))
+        if min(parts) >= v:
+            yield parts
 
 
 def _model(rng: random.Random) -> ModelSpec:
@@ -46,20 +48,23 @@ def test_step_lower_bound_never_exceeds_the_estimate(seed):
     model = _model(rng)
     cluster = make_cluster(rng.choice(["a100-sxm4-80gb", "h100-sxm5-80gb"]), rng.choice([8, 16]))
     job = Job(seq_len=rng.choice([512, 2048]), global_batch_size=rng.choice([16, 32]), precision=rng.choice(["bf16", "fp16"]))
-    flash = resolve_flash(job, None, None) and supports_flash(cluster.gpu)
+    eng = get_engine(None)
     tuples = list(candidate_tuples(model, cluster, job, SearchOptions(max_micro_batch=2, max_cp=2, max_vpp=16)))
     rng.shuffle(tuples)
     checked = 0
     for t in tuples[:25]:
-        tp, pp, dp, cp, ep, v, mb, rec, sp, z, tpo, asy, opg, ogr = t
+        tp, pp, dp, cp, ep, v, mb, rec, z = t
         par = to_parallel(t)
-        p2p = p2p_per_stage(model, cluster, job, (tp, cp, dp, pp, mb, v)) if pp > 1 else 0.0
-        per_layer = per_layer_time(model, cluster, job, (tp, cp, ep, mb, rec, sp, tpo, asy), flash)
-        lb = step_lower_bound(model.layers, pp, v, par.num_microbatches(job.global_batch_size), per_layer, p2p, STEP_OVERHEAD_S)
-        splits = [None] if pp == 1 else list(_splits(model.layers, pp, v))
+        f = engine_flags(eng, cluster.gpu, tp, z)
+        p2p = p2p_per_stage(model, cluster, job, (tp, cp, dp, pp, mb, v), C) if pp > 1 else 0.0
+        lk = (tp, cp, ep, mb, rec, f["sequence_parallel"], f["tp_comm_overlap"], f["async_tp_allreduce"], f["attention"])
+        per_layer = per_layer_time(model, cluster, job, lk, C)
+        lb = step_lower_bound(model.layers, pp, v, par.num_microbatches(job.global_batch_size), per_layer, p2p, C.STEP_OVERHEAD_S,
+                              split_unit(v, eng))
+        splits = [None] if pp == 1 else list(_splits(model.layers, pp, v, split_unit(v, eng)))
         for s in rng.sample(splits, min(len(splits), 20)):
             p2 = par if s is None else dataclasses.replace(par, layers_per_stage=s)
-            step = estimate(model, cluster, job, p2, flash_attention=flash, validate=False).step_time_s
+            step = estimate(model, cluster, job, p2, eng, validate=False).step_time_s
             assert lb <= step * (1 + 1e-12), (model, par, s, lb, step)
             checked += 1
     assert checked >= 20
@@ -67,17 +72,27 @@ def test_step_lower_bound_never_exceeds_the_estimate(seed):
 
 def _aff(mem: list[tuple[float, float]]) -> StageAffine:
     pp = len(mem)
-    return StageAffine(time=((1e-3, 0.0),) * pp, dp=(((0.0, 0.0, 0.0, 0.0),),) * pp, opt=((0.0, 0.0),) * pp, mem=tuple(mem))
+    return StageAffine(time=((1e-3, 0.0),) * pp, sync=(((0.0, 0.0, 0.0, 0.0),),) * pp, opt=((0.0, 0.0),) * pp, mem=tuple(mem))
 
 
-@pytest.mark.skipif(not split_highs.available(), reason="highspy not installed")
-def test_highs_memory_rows_become_bounds():
+@pytest.mark.parametrize("backend", ["highs", "pulp"])
+def test_memory_rows_become_bounds(backend):
+    if backend == "highs" and not highs_available():
+        pytest.skip("highspy not installed")
     # capacity 10: a stage of slope 2 per layer (v = 1) holds at most 5 layers; slope 0 with an
     # intercept under the capacity holds any number; a negative slope needs at least 2 layers.
     k = chunk_bounds(_aff([(2.0, 0.0), (0.0, 3.0), (-1.0, 12.0)]), 1, 8, 10.0)
     assert k == [(1, 5), (1, 8), (2, 8)]
     assert chunk_bounds(_aff([(0.0, 11.0), (1.0, 0.0)]), 1, 8, 10.0) is None  # a stage over capacity at any size
     assert chunk_bounds(_aff([(20.0, 0.0), (1.0, 0.0)]), 1, 8, 10.0) is None  # not even one layer fits
-    # The program under those bounds: 10 layers over 3 stages with equal times, the first capped at 5.
-    ks = split_highs.solve_split(_aff([(2.0, 0.0), (0.0, 3.0), (-1.0, 12.0)]), k, 1, 10, 4, 0.6, True, [])
-    assert ks is not None and sum(ks) == 10 and ks[0] <= 5 and ks[2] >= 2 and max(ks) == 4
+    # A program under those bounds: 10 layers over 3 stages with equal times, minimising the
+    # slowest stage: the first capped at 5, the last at least 2, the best spread 4/3/3 or 3/3/4.
+    prog = Program()
+    xs = [prog.var(lo, hi, integer=True) for lo, hi in k]
+    T = prog.var(cost=1.0)
+    prog.row(10, 10, [(x, 1.0) for x in xs])
+    for x in xs:
+        prog.row(0.0, INF, [(T, 1.0), (x, -1.0)])
+    sol = prog.solve(backend=backend)
+    ks = [round(sol.x[x]) for x in xs]
+    assert sol.ok and sum(ks) == 10 and ks[0] <= 5 and ks[2] >= 2 and max(ks) == 4

@@ -7,8 +7,8 @@ import pytest
 from planner.cli.app import main
 from planner.cost.estimate import estimate
 from planner.errors import InputError
-from planner.search.hetero import GpuGroup, HeteroCluster, hetero_evaluate, hetero_place, hetero_plan, load_hetero
-from planner.io.loaders import load_gpu, load_model
+from planner.io.loaders import load_gpu, load_hetero, load_model, make_cluster
+from planner.search.hetero import GpuGroup, HeteroCluster, hetero_evaluate, hetero_place, hetero_plan
 from planner.specs import Job, ParallelConfig
 
 A100, H100 = load_gpu("a100-sxm4-80gb"), load_gpu("h100-sxm5-80gb")
@@ -17,8 +17,12 @@ JOB = Job(4096, 64)
 PAR = ParallelConfig(tp=8, pp=4, dp=1, micro_batch_size=1, sequence_parallel=True, zero=1)
 
 
+def group(gpu, count):
+    return GpuGroup(make_cluster(gpu, count, 8), count)
+
+
 def mixed(a100=16, h100=16):
-    return HeteroCluster("mixed", (GpuGroup(A100, a100, 8, None), GpuGroup(H100, h100, 8, None)))
+    return HeteroCluster("mixed", (group(A100, a100), group(H100, h100)))
 
 
 def test_uneven_split_beats_even_on_two_h100_and_two_a100_stages():
@@ -38,7 +42,7 @@ def test_uneven_split_beats_even_on_two_h100_and_two_a100_stages():
 
 
 def test_one_group_reproduces_the_homogeneous_estimate():
-    hc = HeteroCluster("h100", (GpuGroup(H100, 32, 8, None),))
+    hc = HeteroCluster("h100", (group(H100, 32),))
     for split in ((8, 8, 8, 8), (9, 8, 8, 7)):
         het = hetero_evaluate(MODEL, hc, JOB, PAR, (0, 0, 0, 0), split)
         par = ParallelConfig(**{**PAR.__dict__, "layers_per_stage": split})
@@ -55,8 +59,8 @@ def test_group_capacity_limits_placement():
 
 
 def test_search_returns_plans_with_even_split_comparison():
-    pairs, n_cand, solved, proven = hetero_plan(MODEL, mixed(), JOB, {"tp": 8, "micro_batch_size": 1, "recompute": "none"}, top_k=2)
-    assert proven and n_cand >= 1 and solved >= 1
+    pairs, n_cand, stats, proven = hetero_plan(MODEL, mixed(), JOB, {"tp": 8, "micro_batch_size": 1, "recompute": "none"}, top_k=2)
+    assert proven and n_cand >= 1 and stats.programs >= 1
     best, even = pairs[0]
     assert best.step_time_s <= even.step_time_s
 
@@ -101,7 +105,7 @@ def test_placement_program_matches_enumeration_with_two_part_dp_sync(opg):
     from planner.specs import ModelSpec  # noqa: PLC0415
 
     model = ModelSpec(name="g", layers=12, hidden=2048, heads=16, kv_heads=16, ffn_hidden=8192, vocab=32000)
-    hc = HeteroCluster("mixed", (GpuGroup(A100, 32, 8, None), GpuGroup(H100, 32, 8, None)))
+    hc = HeteroCluster("mixed", (group(A100, 32), group(H100, 32)))
     job = Job(512, 16)
     par = ParallelConfig(tp=4, pp=4, dp=4, micro_batch_size=1, sequence_parallel=True, zero=1, overlap_param_gather=opg)
     best = hetero_place(model, hc, job, par)

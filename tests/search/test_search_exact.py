@@ -23,8 +23,9 @@ from functools import lru_cache
 
 import pytest
 
-from planner.cost import constants as C
-from planner.cost.estimate import default_flash, estimate, even_split
+from planner.cost.constants import DEFAULT_CONSTANTS as C
+from planner.cost.estimate import estimate
+from planner.engines import default_split, get_engine
 from planner.errors import NoFeasiblePlan
 from planner.io.loaders import load_gpu, make_cluster
 from planner.search.plan import SPLIT_MIN_GAIN, plan
@@ -40,22 +41,29 @@ OPTS = SearchOptions(max_micro_batch=4, max_cp=2, max_vpp=2)
 REL = 1e-9
 
 
+ENGINE = get_engine(OPTS.engine)
+# Layers per unit of a split: whole chunks of v, or single layers where the engine takes an
+# uneven interleaved layout (planner.search.split.split_unit); every stage holds >= v layers.
+UNIT = (lambda v: 1) if ENGINE.uneven_interleaving else (lambda v: v)
+
+
 def compositions(layers: int, pp: int, v: int):
-    """Every split of ``layers`` into ``pp`` positive parts that are multiples of ``v``."""
-    if layers % v or layers < pp * v:
+    """Every split of ``layers`` into ``pp`` parts of at least ``v`` layers, in units of UNIT(v)."""
+    u = UNIT(v)
+    if layers % u or layers < pp * v:
         return
-    k = layers // v
+    k = layers // u
     for cuts in itertools.combinations(range(1, k), pp - 1):
         bounds = (0, *cuts, k)
-        yield tuple(v * (b - a) for a, b in zip(bounds, bounds[1:]))
+        parts = tuple(u * (b - a) for a, b in zip(bounds, bounds[1:]))
+        if min(parts) >= v:
+            yield parts
 
 
 def _n_splits(layers: int, pp: int, v: int) -> int:
     if pp == 1:
         return 1
-    if layers % v or layers < pp * v:
-        return 0
-    return math.comb(layers // v - 1, pp - 1)
+    return sum(1 for _ in compositions(layers, pp, v))
 
 
 def _draw(rng: random.Random):
@@ -112,14 +120,13 @@ def _desc(model, cluster, job, opts=OPTS) -> str:
 def exhaustive(i: int):
     """(best fitting (time, parallel) or None, best ignoring memory (time, parallel, fits))."""
     model, cluster, job, opts = scenarios()[i]
-    flash = default_flash(job)
     best = None
     best_any = None
     for par in candidates(model, cluster, job, opts):
         splits = [None] if par.pp == 1 else list(compositions(model.layers, par.pp, par.vpp))
         for sp in splits:
             p2 = par if sp is None else dataclasses.replace(par, layers_per_stage=sp)
-            e = estimate(model, cluster, job, p2, flash_attention=flash, validate=False)
+            e = estimate(model, cluster, job, p2, opts.engine, validate=False)
             if best_any is None or e.step_time_s < best_any[0]:
                 best_any = (e.step_time_s, p2, e.fits)
             if e.fits and (best is None or e.step_time_s < best[0]):
@@ -161,7 +168,7 @@ def test_plan_equals_exhaustive_enumeration(i):
            f"({100 * (t_plan / t_best - 1):+.5f}%)")
     if t_plan > t_best * (1 + REL):
         # Allowed only as the documented split pruning: even split kept, loss < SPLIT_MIN_GAIN.
-        assert got[1].pp > 1 and got[2] == even_split(model.layers, got[1].pp), msg
+        assert got[1].pp > 1 and got[2] == default_split(model, got[1].pp, got[1].vpp, ENGINE), msg
         assert t_plan <= t_best * (1 + SPLIT_MIN_GAIN), msg
 
 
@@ -212,22 +219,20 @@ def _pipelined_candidates(limit_per_scenario: int = 3):
     return out
 
 
-@pytest.mark.parametrize("backend", ["highspy", "pulp"])
+@pytest.mark.parametrize("backend", ["highs", "pulp"])
 def test_split_mip_equals_enumeration_of_its_objective(backend):
-    """Both formulations of the program (arrays to HiGHS, PuLP expressions) reach the
-    enumerated optimum."""
+    """The program reaches the enumerated optimum on both backends (HiGHS arrays, CBC via PuLP)."""
     cases = _pipelined_candidates()
     assert len(cases) >= 30
     feasible = infeasible = 0
     for i, par in cases:
         model, cluster, job, _ = scenarios()[i]
-        flash = default_flash(job)
         cap = cluster.gpu.memory_bytes
-        aff = stage_affine(model, cluster, job, par, flash)
+        aff = stage_affine(model, cluster, job, par, C, ENGINE)
         m = par.num_microbatches(job.global_batch_size)
-        objs = {sp: split_objective(aff, sp, m, par.vpp, par.overlap_grad_reduce)
+        objs = {sp: split_objective(aff, sp, m, par.vpp, par.schedule, C)
                 for sp in compositions(model.layers, par.pp, par.vpp) if split_fits(aff, sp, cap)}
-        got = optimal_split(model, cluster, job, par, flash, cap, aff=aff, backend=backend)
+        got = optimal_split(model, cluster, job, par, cap, C, ENGINE, aff=aff, backend=backend)
         where = f"{_desc(model, cluster, job)} {par}"
         if not objs:
             assert got is None, where
@@ -244,13 +249,12 @@ def test_split_objective_tracks_the_estimate():
     # The program is exact: estimate(split) - objective(split) is the same for every split.
     for i, par in _pipelined_candidates(1)[:12]:
         model, cluster, job, _ = scenarios()[i]
-        flash = default_flash(job)
-        aff = stage_affine(model, cluster, job, par, flash)
+        aff = stage_affine(model, cluster, job, par, C, ENGINE)
         m = par.num_microbatches(job.global_batch_size)
         diffs, mems = [], []
         for sp in compositions(model.layers, par.pp, par.vpp):
-            e = estimate(model, cluster, job, dataclasses.replace(par, layers_per_stage=sp), flash_attention=flash)
-            diffs.append(e.step_time_s - split_objective(aff, sp, m, par.vpp, par.overlap_grad_reduce))
+            e = estimate(model, cluster, job, dataclasses.replace(par, layers_per_stage=sp), ENGINE)
+            diffs.append(e.step_time_s - split_objective(aff, sp, m, par.vpp, par.schedule, C))
             mems.append((e.fits, split_fits(aff, sp, e.memory_capacity_bytes)))
         assert max(diffs) - min(diffs) <= 1e-9 * max(abs(d) for d in diffs) + 1e-12, (par, min(diffs), max(diffs))
         assert all(a == b for a, b in mems), par
@@ -279,7 +283,8 @@ def test_split_tried_when_even_split_is_far_over_capacity():
     even = estimate(model, make_cluster(gpu, 8), job, ParallelConfig(**fixed))
     cap = 0.6 * even.memory_peak_bytes
     cluster = make_cluster(dataclasses.replace(gpu, memory_bytes=cap), 8)
-    split = optimal_split(model, cluster, job, ParallelConfig(**fixed), True, cap)
+    par = estimate(model, cluster, job, ParallelConfig(**fixed)).parallel
+    split = optimal_split(model, cluster, job, par, cap, C, ENGINE)
     assert split is not None
     assert estimate(model, cluster, job, ParallelConfig(**fixed, layers_per_stage=split)).fits
     best = plan(model, cluster, job, top_k=1, options=SearchOptions(fixed=fixed)).plans[0]

@@ -1,4 +1,4 @@
-"""``planner validate`` on the published runs (shared/validation/public_runs.json), through the
+"""``planner validate --set public`` on the published runs (validation/public_runs.json), through the
 CLI: mean absolute step-time error <= 10%, worst run <= 25%, and the JSON shape
 {runs: [{id, parallel, predicted: {step_time_s}, measured: {step_time_s}, error_pct}],
 summary: {mape_pct, max_abs_error_pct, n}}."""
@@ -13,15 +13,14 @@ from pathlib import Path
 
 import pytest
 
-RUNS = Path("/work/shared/validation/public_runs.json")
+from conftest import dataset_path  # noqa: E402
+
+RUNS = dataset_path("public")
 ROOT = Path(__file__).resolve().parents[2]
-
-pytestmark = pytest.mark.skipif(not RUNS.is_file(), reason=f"{RUNS} not present")
-
 
 @pytest.fixture(scope="module")
 def report() -> dict:
-    proc = subprocess.run([sys.executable, "-m", "planner", "validate", str(RUNS), "--json"],
+    proc = subprocess.run([sys.executable, "-m", "planner", "validate", "--set", "public", "--json"],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout)

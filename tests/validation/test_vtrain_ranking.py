@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-RUNS = Path("/work/shared/validation/vtrain_multi_runs.json")
+from conftest import dataset_path  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not RUNS.is_file(), reason=f"{RUNS} not present")
+RUNS = dataset_path("vtrain-multi")
 
 # Measured 2026-11-30 (Spearman, best-pick gap), after legacy engines stopped overlapping the
 # gradient all-reduce with the backward.
@@ -41,7 +41,9 @@ def groups() -> dict:
     from planner.calibration.validate import validate_runs  # noqa: PLC0415
 
     out = defaultdict(list)
-    for r in validate_runs(load_runs(RUNS)):
+    results, refused = validate_runs(load_runs(RUNS), median=False)
+    assert not refused
+    for r in results:
         size = re.search(r"-(\d+(?:\.\d+)?B)-", r.id).group(1)
         out[size].append(r)
     return out
@@ -53,7 +55,7 @@ def test_groups_present(groups):
 
 
 @pytest.mark.parametrize("size", [
-    pytest.param(g, marks=pytest.mark.xfail(reason=XFAIL[g], strict=False)) if g in XFAIL else g for g in GROUPS
+    pytest.param(g, marks=pytest.mark.xfail(reason=XFAIL[g], strict=True)) if g in XFAIL else g for g in GROUPS
 ])
 def test_ranking(groups, size):
     rs = groups[size]

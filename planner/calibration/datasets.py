@@ -1,0 +1,70 @@
+"""The published runs that ship with the project, by name, and the engine each was measured on.
+
+The files are copies, unchanged, of ``shared/validation/`` (repository folder ``validation/``,
+package ``planner._validation`` in a wheel), with their source notes (README.md, VTRAIN.md).
+``planner validate --set public`` reads them from a clone or an installed wheel alike.
+
+>>> from planner.calibration.datasets import SETS, dataset_path
+>>> sorted(SETS)
+['memory', 'modern', 'public', 'vtrain-multi', 'vtrain-single']
+>>> dataset_path("public").name
+'public_runs.json'
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from planner.errors import InputError, suggest
+
+__all__ = ["SETS", "dataset_path", "data_dir", "run_engine", "ENGINE_RULES"]
+
+SETS = {
+    "public": "public_runs.json",
+    "vtrain-multi": "vtrain_multi_runs.json",
+    "vtrain-single": "vtrain_single_runs.json",
+    "modern": "modern_runs.json",
+    "memory": "memory_runs.json",
+}
+
+_REPO = Path(__file__).resolve().parents[2] / "validation"
+
+
+def data_dir() -> Path:
+    """The folder of the shipped runs files (the wheel's package data, else the repository's)."""
+    try:
+        installed = Path(str(resources.files("planner._validation")))
+        if (installed / "public_runs.json").is_file():
+            return installed
+    except ModuleNotFoundError:
+        pass
+    return _REPO
+
+
+def dataset_path(name: str) -> Path:
+    """The runs file of the named set (``planner validate --set NAME``)."""
+    if name not in SETS:
+        hint = suggest(name, SETS)
+        raise InputError("--set", name, f"one of {', '.join(SETS)}" + (f" ({hint})" if hint else ""))
+    return data_dir() / SETS[name]
+
+
+@lru_cache(maxsize=1)
+def _rules() -> dict:
+    return yaml.safe_load((resources.files("planner.calibration") / "run_engines.yaml").read_text())
+
+
+ENGINE_RULES = _rules
+
+
+def run_engine(run_id: str) -> tuple[str, str]:
+    """(engine, why) of a published run, from ``run_engines.yaml`` (first matching rule)."""
+    r = _rules()
+    for rule in r["rules"]:
+        if run_id.startswith(rule["id_prefix"]):
+            return rule["engine"], rule["why"]
+    return r["default"]["engine"], r["default"]["why"]

@@ -1,0 +1,166 @@
+"""Engine policy: the engine's default for every unset field, and the layouts it refuses.
+
+:func:`resolve` is the one place where a partly given :class:`planner.specs.ParallelConfig`
+becomes the configuration an engine runs: ``estimate``, ``plan``, ``validate``, ``hetero``,
+``sweep``, calibration and the CLI all go through it, so the same configuration gets the same
+answer from every door. :func:`check_engine` raises the engine's own reason for a layout it
+does not run (one line: field, value, what the engine accepts).
+
+>>> from planner.engines import get_engine, resolve
+>>> from planner.specs import Job, ParallelConfig
+>>> from planner.io.loaders import load_model, make_cluster
+>>> par, filled = resolve(ParallelConfig(tp=8, pp=4, dp=2), load_model("llama3.1-70b"),
+...                       make_cluster("h100-sxm5-80gb", 64), Job(8192, 256), get_engine("megatron-core"))
+>>> par.sequence_parallel, par.zero, par.attention, "sequence_parallel" in filled
+(True, 1, 'flash', True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from planner.engines.profile import Engine
+from planner.errors import InputError
+from planner.specs import ENGINE_FIELDS, ClusterSpec, GpuSpec, Job, ModelSpec, ParallelConfig
+
+__all__ = ["supports_flash", "resolve", "engine_flags", "check_engine", "default_split", "interleaving_ok"]
+
+
+def supports_flash(gpu: GpuSpec) -> bool:
+    """FlashAttention-2 needs Ampere or newer on NVIDIA (not V100); AMD CDNA3 (MI300X) runs it
+    through Composable Kernel (ROCm/flash-attention)."""
+    return gpu.id.startswith("mi") or gpu.peak("bf16") / 1e12 >= 200
+
+
+def _even(layers: int, pp: int) -> tuple[int, ...]:
+    """As even as possible, the extra layers on the last stages."""
+    base, rem = divmod(layers, pp)
+    return tuple(base + (1 if i >= pp - rem else 0) for i in range(pp))
+
+
+def default_split(model: ModelSpec, pp: int, vpp: int, engine: Engine) -> tuple[int, ...]:
+    """The engine's split of the transformer layers over ``pp`` stages with ``vpp`` chunks each.
+
+    * ``vpp`` dividing the layers: whole chunks spread as evenly as possible (each stage holds a
+      multiple of ``vpp`` layers, one equal share per virtual stage).
+    * Otherwise, where the engine counts the embedding and the loss as layers of the split
+      (Megatron ``--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split``):
+      ``L + 2`` slots spread evenly, the first stage giving one slot to the embedding and the last
+      one to the loss (Llama 3.1 405B: 126 layers on pp 8 x vpp 8 = 15, 16 x 6, 15).
+    * Otherwise an even split of the layers (chunks then differ by one layer, which engines
+      with uneven interleaving express as a layout).
+    """
+    L = model.layers
+    if pp <= 1:
+        return (L,)
+    if vpp > 1 and L % vpp == 0 and L // vpp >= pp:
+        return tuple(vpp * n for n in _even(L // vpp, pp))
+    if vpp > 1 and engine.embedding_in_split and (L + 2) % (pp * vpp) == 0:
+        per = (L + 2) // pp
+        return tuple(per - (1 if i in (0, pp - 1) else 0) for i in range(pp)) if pp > 1 else (L,)
+    return _even(L, pp)
+
+
+def interleaving_ok(lps: tuple[int, ...], vpp: int, engine: Engine) -> bool:
+    """Every stage can hold ``vpp`` model chunks: at least one layer each, and equal chunks unless
+    the engine takes uneven ones (a pipeline layout)."""
+    if vpp <= 1:
+        return True
+    if engine.uneven_interleaving:
+        return min(lps) >= vpp
+    return all(n % vpp == 0 and n >= vpp for n in lps)
+
+
+def engine_flags(engine: Engine, gpu: GpuSpec, tp: int, zero: int, given: dict | None = None) -> dict:
+    """The engine-decided fields for tensor degree ``tp`` and ZeRO stage ``zero``: sequence
+    parallelism, attention kernel, the TP and data-parallel overlaps. ``given`` holds values the
+    user set (kept as they are; the others follow from them)."""
+    g = {k: v for k, v in (given or {}).items() if v is not None}
+    sp = g.get("sequence_parallel", bool(engine.sequence_parallel and tp > 1))
+    out = {"sequence_parallel": sp,
+           "attention": g.get("attention", "flash" if engine.flash_attention and supports_flash(gpu) else "unfused"),
+           "tp_comm_overlap": g.get("tp_comm_overlap", bool(engine.tp_comm_overlap and sp and tp > 1)),
+           "async_tp_allreduce": g.get("async_tp_allreduce", engine.async_tp_allreduce),
+           "overlap_grad_reduce": g.get("overlap_grad_reduce", engine.overlap_grad_reduce)}
+    gathers_once = zero in engine.zero_stages and engine.mode(zero).param_gather == "step"
+    out["overlap_param_gather"] = g.get("overlap_param_gather", bool(engine.overlap_param_gather and gathers_once and out["overlap_grad_reduce"]))
+    return out
+
+
+def resolve(par: ParallelConfig, model: ModelSpec, cluster: ClusterSpec, job: Job, engine: Engine) -> tuple[ParallelConfig, tuple[str, ...]]:
+    """The configuration ``engine`` runs for ``par``: every ``None`` field set to the engine's
+    default (the setting the planner's launch files for that engine use), and the names of the
+    fields it filled. A field the user set is never changed."""
+    ch: dict = {}
+    if par.dp is None:
+        n, mp = cluster.num_gpus, par.tp * par.pp * par.cp
+        for name, deg in (("tp", par.tp), ("pp", par.pp), ("cp", par.cp)):
+            if n % deg:
+                raise InputError(f"parallel.{name}", deg, f"a divisor of the GPU count ({n})")
+        if n % mp:
+            raise InputError("parallel", f"tp*pp*cp = {par.tp}*{par.pp}*{par.cp} = {mp}", f"a divisor of the GPU count ({n})")
+        ch["dp"] = n // mp
+    if par.vpp is None:
+        ch["vpp"] = 1
+    vpp = ch.get("vpp", par.vpp)
+    if par.schedule is None:
+        ch["schedule"] = "interleaved" if vpp > 1 else engine.default_schedule
+    if par.recompute is None:
+        ch["recompute"] = engine.default_recompute
+    zero = par.zero
+    if zero is None:
+        zero = engine.default_zero
+        if par.pp > 1 and zero > engine.max_zero_with_pp:
+            zero = engine.max_zero_with_pp
+        ch["zero"] = zero
+    flags = engine_flags(engine, cluster.gpu, par.tp, zero, {k: getattr(par, k) for k in _FLAG_FIELDS})
+    ch.update({k: v for k, v in flags.items() if getattr(par, k) is None})
+    out = replace(par, **ch) if ch else par
+    return out, tuple(k for k in ("dp",) + ENGINE_FIELDS if k in ch)
+
+
+_FLAG_FIELDS = ("sequence_parallel", "attention", "tp_comm_overlap", "async_tp_allreduce", "overlap_grad_reduce", "overlap_param_gather")
+
+
+def check_engine(model: ModelSpec, job: Job, par: ParallelConfig, engine: Engine, lps: tuple[int, ...]) -> None:
+    """Raise InputError, with the engine's reason, when ``engine`` does not run ``par``
+    (a resolved configuration) with the layer split ``lps``."""
+    e = engine.name
+    if par.zero not in engine.zero_stages:
+        raise InputError("parallel.zero", par.zero, f"a ZeRO stage {e} implements ({', '.join(map(str, engine.zero_stages))})")
+    mode = engine.mode(par.zero)
+    if par.pp > 1 and not mode.with_pp:
+        raise InputError("parallel.zero", par.zero,
+                         f"at most {engine.max_zero_with_pp} with pipeline parallelism on {e} ({mode.name} does not run with a pipeline)")
+    if par.tp > 1 and not engine.tensor_parallel:
+        raise InputError("parallel.tp", par.tp, f"1 on {e} (no tensor parallelism; megatron-deepspeed has it)")
+    if par.cp > 1 and not engine.context_parallel:
+        raise InputError("parallel.cp", par.cp, f"1 on {e} (no context parallelism)")
+    if par.ep > 1 and not engine.expert_parallel:
+        raise InputError("parallel.ep", par.ep, f"1 on {e} (no expert parallelism)")
+    if par.sequence_parallel and par.tp > 1 and not engine.sequence_parallel:
+        raise InputError("parallel.sequence_parallel", True, f"false on {e} (no sequence parallelism)")
+    if not par.sequence_parallel and par.tp > 1 and not engine.sequence_parallel_optional:
+        raise InputError("parallel.sequence_parallel", False, f"true on {e} (its tensor parallelism always shards norms over the sequence)")
+    if par.recompute not in engine.recompute:
+        raise InputError("parallel.recompute", par.recompute, f"one of {', '.join(engine.recompute)} on {e}")
+    if par.tp_comm_overlap and not (engine.tp_comm_overlap and par.sequence_parallel):
+        raise InputError("parallel.tp_comm_overlap", True, f"false on {e} without sequence parallelism or TP overlap")
+    if par.attention == "flash" and not engine.flash_attention:
+        raise InputError("parallel.attention", "flash", f"unfused on {e}")
+    if par.pp > 1 and par.schedule not in engine.schedules:
+        raise InputError("parallel.schedule", par.schedule, f"one of {', '.join(engine.schedules)} on {e}")
+    if par.vpp > 1:
+        if par.pp == 1:
+            raise InputError("parallel.vpp", par.vpp, "1 without pipeline parallelism")
+        if "interleaved" not in engine.schedules and par.schedule != "zb-v":
+            raise InputError("parallel.vpp", par.vpp, f"1 on {e} (no interleaved schedule)")
+        if not interleaving_ok(lps, par.vpp, engine):
+            what = "at least one layer per virtual stage on every stage" if engine.uneven_interleaving else \
+                "a divisor of every stage's layer count"
+            raise InputError("parallel.vpp", par.vpp, f"{what} {list(lps)} on {e}")
+        m = par.num_microbatches(job.global_batch_size)
+        if par.schedule == "interleaved" and m % par.pp:
+            raise InputError("parallel.vpp", par.vpp, f"interleaving needs the micro-batch count ({m}) divisible by pp ({par.pp})")
+    if par.schedule == "zb-v" and par.vpp != 2:
+        raise InputError("parallel.vpp", par.vpp, "2 with the ZB-V schedule (two chunks per rank in a V)")

@@ -1,0 +1,167 @@
+"""Engine profiles: what one training engine runs, as data (``profiles/*.yaml``).
+
+A profile says which features an engine has (attention kernel, sequence/context/expert
+parallelism, recompute granularities, tensor-parallel overlaps, data-parallel overlaps), how
+it implements each ZeRO stage (when gradients are reduced and parameters gathered: once per
+step or every micro-batch), which pipeline schedules and layouts it accepts, and the settings
+the planner's launch files for that engine use when a field is left unset. Every entry cites
+the engine's own docs or code (the ``sources`` of each file).
+
+>>> from planner.engines import get_engine
+>>> e = get_engine("megatron-core")
+>>> e.sharding[1].grad_sync, e.sharding[2].grad_sync
+('step', 'microbatch')
+>>> get_engine("torchtitan").max_zero_with_pp
+3
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+import yaml
+
+from planner.errors import InputError, suggest
+
+__all__ = ["Sharding", "Engine", "ENGINE_NAMES", "DEFAULT_ENGINE", "get_engine", "engine_names"]
+
+DEFAULT_ENGINE = "megatron-core"
+GRAD_SYNC = ("step", "microbatch")
+PARAM_GATHER = ("none", "step", "layer")
+SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "zb-v", "dualpipe")
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """How an engine implements one ZeRO stage (Rajbhandari et al. 2020).
+
+    ``grad_sync``: ``step`` = gradients accumulate locally over the micro-batches and are
+    reduced (all-reduce, or reduce-scatter when sharded) once per step; ``microbatch`` = every
+    micro-batch's backward reduce-scatters its gradients into the sharded buffer.
+    ``param_gather``: ``none`` (replicated weights), ``step`` = the updated shards are
+    all-gathered once after the optimizer step, ``layer`` = every layer's weights are
+    all-gathered in the forward and (with ``reshard_after_forward``) again in the backward of
+    every micro-batch (ZeRO-3 / FSDP FULL_SHARD).
+    """
+
+    zero: int
+    name: str
+    grad_sync: str
+    param_gather: str
+    reshard_after_forward: bool = True
+    with_pp: bool = True
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.grad_sync not in GRAD_SYNC:
+            raise InputError(f"engine.sharding[{self.zero}].grad_sync", self.grad_sync, "step or microbatch")
+        if self.param_gather not in PARAM_GATHER:
+            raise InputError(f"engine.sharding[{self.zero}].param_gather", self.param_gather, "none, step or layer")
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One training engine: features, sharding modes, pipeline rules and defaults."""
+
+    name: str
+    title: str
+    describes: str
+    # features the engine has
+    flash_attention: bool
+    sequence_parallel: bool
+    sequence_parallel_optional: bool  # False: tensor parallelism always shards norms/dropout over the sequence
+    context_parallel: bool
+    expert_parallel: bool
+    tensor_parallel: bool
+    recompute: tuple[str, ...]
+    tp_comm_overlap: bool
+    async_tp_allreduce: bool
+    overlap_grad_reduce: bool
+    overlap_param_gather: bool
+    sharding: tuple[Sharding, ...]  # indexed by ZeRO stage; stages the engine lacks are absent
+    schedules: tuple[str, ...]
+    uneven_interleaving: bool  # stages may hold different numbers of layers per virtual chunk
+    embedding_in_split: bool  # the embedding and the loss count as layers of the pipeline split
+    default_zero: int
+    default_recompute: str
+    default_schedule: str
+    sources: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def zero_stages(self) -> tuple[int, ...]:
+        return tuple(s.zero for s in self.sharding)
+
+    @property
+    def max_zero_with_pp(self) -> int:
+        """The highest ZeRO stage the engine runs together with pipeline parallelism."""
+        return max((s.zero for s in self.sharding if s.with_pp), default=0)
+
+    def mode(self, zero: int) -> Sharding:
+        """The engine's implementation of ZeRO stage ``zero`` (InputError when it has none)."""
+        for s in self.sharding:
+            if s.zero == zero:
+                return s
+        raise InputError("parallel.zero", zero, f"a sharding stage {self.name} implements ({', '.join(map(str, self.zero_stages))})")
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "title": self.title, "describes": self.describes}
+
+
+def engine_names() -> tuple[str, ...]:
+    folder = resources.files("planner.engines") / "profiles"
+    return tuple(sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml")))
+
+
+ENGINE_NAMES = engine_names()
+
+_BOOL = ("flash_attention", "sequence_parallel", "sequence_parallel_optional", "context_parallel", "expert_parallel",
+         "tensor_parallel", "tp_comm_overlap", "async_tp_allreduce", "overlap_grad_reduce", "overlap_param_gather",
+         "uneven_interleaving", "embedding_in_split")
+
+
+def _from_dict(d: dict, where: str) -> Engine:
+    feats = d.get("features") or {}
+    for k in _BOOL:
+        if not isinstance(feats.get(k), bool):
+            raise InputError(f"{where}.features.{k}", feats.get(k), "true or false")
+    shard = []
+    for z, s in sorted((d.get("sharding") or {}).items()):
+        shard.append(Sharding(zero=int(z), name=str(s["name"]), grad_sync=s["grad_sync"], param_gather=s["param_gather"],
+                              reshard_after_forward=bool(s.get("reshard_after_forward", True)),
+                              with_pp=bool(s.get("with_pp", True)), source=str(s.get("source", ""))))
+    pipe = d.get("pipeline") or {}
+    scheds = tuple(pipe.get("schedules") or ("1f1b",))
+    for s in scheds:
+        if s not in SCHEDULES:
+            raise InputError(f"{where}.pipeline.schedules", s, "one of " + ", ".join(SCHEDULES))
+    dflt = d.get("defaults") or {}
+    return Engine(
+        name=str(d["name"]), title=str(d["title"]), describes=str(d.get("describes", "")),
+        **{k: feats[k] for k in _BOOL if k not in ("uneven_interleaving", "embedding_in_split")},
+        recompute=tuple(feats.get("recompute") or ("none", "full")),
+        sharding=tuple(shard), schedules=scheds,
+        uneven_interleaving=feats["uneven_interleaving"], embedding_in_split=feats["embedding_in_split"],
+        default_zero=int(dflt.get("zero", 0)), default_recompute=str(dflt.get("recompute", "none")),
+        default_schedule=str(dflt.get("schedule", "1f1b")),
+        sources=tuple(d.get("sources") or ()), notes=tuple(d.get("notes") or ()),
+    )
+
+
+@lru_cache(maxsize=None)
+def _load(name: str) -> Engine:
+    path = resources.files("planner.engines") / "profiles" / f"{name}.yaml"
+    return _from_dict(yaml.safe_load(path.read_text()), f"engine[{name}]")
+
+
+def get_engine(engine: "str | Engine | None" = None) -> Engine:
+    """The profile named ``engine`` (``None``: :data:`DEFAULT_ENGINE`); an Engine passes through."""
+    if isinstance(engine, Engine):
+        return engine
+    name = DEFAULT_ENGINE if engine is None else str(engine).lower()
+    if name not in ENGINE_NAMES:
+        hint = suggest(name, ENGINE_NAMES)
+        raise InputError("--engine", engine, f"one of {', '.join(ENGINE_NAMES)}" + (f" ({hint})" if hint else ""))
+    return _load(name)

@@ -1,0 +1,21 @@
+"""Shared test settings: the one place the tests find the published runs.
+
+Every validation test reads the runs files shipped with the project (``validation/``, the
+package data ``planner._validation`` in a wheel), never ``../shared``: a clone with nothing
+beside it runs them all. ``SHARED_ENGINES`` is the engines' source snapshot the acceptance
+tests run (Megatron-LM, torchtitan configs): ``$PLANNER_SHARED/engines`` or ``../shared/engines``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from planner.calibration.datasets import dataset_path, data_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+VALIDATION = data_dir()
+SHARED = Path(os.environ.get("PLANNER_SHARED", ROOT.parent / "shared"))
+SHARED_ENGINES = SHARED / "engines"
+
+__all__ = ["ROOT", "VALIDATION", "SHARED", "SHARED_ENGINES", "dataset_path"]
