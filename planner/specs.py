@@ -160,6 +160,7 @@ class GpuSpec:
     intra_node: str = "nvswitch"
     nvlink_generation: int = 0
     gpus_per_node: int = 8
+    nvlink_domain: int = 0  # GPUs one scale-up (NVLink switch) domain joins; 0 = one node (gpus_per_node)
     sm_count: int = 108
     tdp_w: float = 400.0
     sources: tuple[str, ...] = ()

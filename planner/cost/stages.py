@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from planner.cost import memory as M
-from planner.cost.comm import (GroupLinks, alltoall_time, cp_ring_exposed, cp_ring_time, dp_collective_parts, group_links,
+from planner.cost.comm import (GroupLinks, alltoall_time, cp_ring_exposed, cp_ring_time, group_links,
                                moe_dispatch_bytes, p2p_time, tp_allreduce_time)
 from planner.cost.compute import layer_times, logits_times, moe_load_factor
 from planner.cost.constants import Constants
@@ -167,47 +167,66 @@ class StageSync(dict):
 
 def stage_sync(cluster: ClusterSpec, job: Job, par: ParallelConfig, params: dict, n: int, stage_time_s: float, m: int,
                bwd_layer_s: float, fwd_layer_s: float, C: Constants, engine: Engine) -> StageSync:
-    """Once-per-step work of one stage: gradient synchronisation and ZeRO-3 gathers as
-    (seconds, compute window) parts, and the optimizer step.
+    """The data-parallel work of one stage in one step, as the engine's sharding mode runs it
+    (:meth:`planner.engines.Engine.mode`), and its optimizer step.
 
-    The gradient reduction runs beside the last micro-batch's backward on this stage
-    (``overlap_grad_reduce``: Megatron ``--overlap-grad-reduce``, DeepSpeed ``overlap_comm``).
-    With ZeRO 1/2 the all-gather of the updated weights runs beside the next step's first
-    forward when ``overlap_param_gather`` (Megatron ``--overlap-param-gather``, which issues
-    each bucket's gather in the forward pre-hook of the module before it); otherwise it joins
-    the reduction's window."""
+    * Gradients reduced once per step (``grad_sync: step``: DDP, Megatron's distributed
+      optimizer, DeepSpeed ZeRO-1, FSDP under pipelining): one all-reduce (ZeRO 0) or
+      reduce-scatter of the step's gradients, beside the last micro-batch's backward on this
+      stage when ``overlap_grad_reduce`` (Megatron ``--overlap-grad-reduce``, DeepSpeed
+      ``overlap_comm``), else after it.
+    * Gradients reduced every micro-batch (``microbatch``: DeepSpeed ZeRO-2/3, FSDP,
+      Megatron-FSDP): m reductions, each beside its micro-batch's backward (Rajbhandari et al.
+      2020 sec. 5.2; DeepSpeed stage_1_and_2.py reduces at every backward with
+      partition_gradients; FSDP2 reduce-scatters each block's gradients in every backward).
+    * Weights gathered once per step (``param_gather: step``, ZeRO 1/2): the updated 16-bit
+      shards all-gathered after the optimizer, beside the next step's first forward with
+      ``overlap_param_gather`` (Megatron ``--overlap-param-gather``), else in the reduction's window.
+    * Weights gathered per layer (``layer``, ZeRO-3 / FSDP FULL_SHARD): every micro-batch gathers
+      each layer in forward and, with ``reshard_after_forward``, again in backward (and in the
+      recomputed forward), and reduce-scatters its gradients (Rajbhandari 2020 sec. 7.2.2).
+      These per-module collectives run rank by rank through the rank's own NIC share (k = 1),
+      not as one node-aggregated ring; prefetching overlaps them with the micro-batch's compute
+      at the shared overlap efficiency; the first layer's gather has nothing to hide behind.
+    """
     links = group_links(cluster, par)
     gpu = cluster.gpu
+    mode = engine.mode(par.zero, par.pp)
     grad_b = M.grad_bytes(job.precision, job.grad_reduce)
     shard = par.zero_shard_degree or par.dp * par.cp
     dense_p = params["layers"] + params["embedding"] + params["output"]
     exp_p = params["experts"]
-    red, gat = dp_collective_parts(links["dp_cp"], dense_p * grad_b, dense_p * 2, min(par.zero, 2))
+    reduce_op = "allreduce" if par.zero == 0 or mode.grad_collective == "allreduce" else "reducescatter"
+    gather_once = mode.param_gather == "step" and par.zero >= 1
+    groups = [(links["dp_cp"], dense_p)]
     if exp_p:
         exp_dp = max(1, par.dp * par.cp // par.ep)
-        el = group_links(cluster, ParallelConfig(tp=par.tp, cp=1, dp=exp_dp, pp=1))["dp"]
-        r2, g2 = dp_collective_parts(el, exp_p * grad_b, exp_p * 2, min(par.zero, 2))
-        red, gat = red + r2, gat + g2
+        groups.append((group_links(cluster, ParallelConfig(tp=par.tp, cp=1, dp=exp_dp, pp=1))["dp"], exp_p))
+    red = sum(g.time(reduce_op, p * grad_b) for g, p in groups)
+    gat = sum(g.time("allgather", p * 2) for g, p in groups) if gather_once else 0.0
     bwd_w, fwd_w = n * bwd_layer_s, n * fwd_layer_s
-    if not par.overlap_grad_reduce:
-        parts: tuple = ((red + gat, 0.0),)
-    elif par.overlap_param_gather and par.zero in (1, 2):
-        parts = ((red, bwd_w), (gat, fwd_w))
-    else:
-        parts = ((red + gat, bwd_w),)
-    if par.zero >= 3:
-        # Weights gathered per layer in forward, backward (and the recomputed forward), every
-        # micro-batch, gradients reduce-scattered per layer (Rajbhandari 2020 sec. 7.2.2). These
-        # per-module collectives run rank by rank through the rank's own NIC share (k = 1), not
-        # as one node-aggregated ring; prefetching overlaps them with compute at the shared
-        # overlap efficiency; the first layer's gather has nothing to hide behind.
-        gathers = 3 if par.recompute == "full" else 2
+    ogr = bool(par.overlap_grad_reduce)
+    if mode.param_gather == "layer":
+        gathers = (3 if par.recompute == "full" else 2) if mode.reshard_after_forward else 1
         z3 = _per_rank_links(links["dp_cp"])
         layer_p = (dense_p + exp_p) / max(1, n)
         t_g = z3.time("allgather", layer_p * 2)
         t_rs = z3.time("reducescatter", layer_p * grad_b)
         comm = n * (gathers * t_g + t_rs)
-        parts = ((m * comm, m * stage_time_s), (t_g, 0.0))
+        parts: tuple = ((m * comm, m * stage_time_s), (t_g, 0.0))
+    else:
+        if mode.grad_sync == "microbatch":
+            reduction = (m * red, m * bwd_w if ogr else 0.0)
+        else:
+            reduction = (red, bwd_w if ogr else 0.0)
+        if not gat:
+            parts = (reduction,)
+        elif ogr and par.overlap_param_gather:
+            parts = (reduction, (gat, fwd_w))
+        elif mode.grad_sync == "step":
+            parts = ((red + gat, bwd_w if ogr else 0.0),)  # the gather joins the reduction's window
+        else:
+            parts = (reduction, (gat, 0.0))
     held = (dense_p + exp_p) / (shard if par.zero >= 1 else 1)
     opt = held * C.OPTIMIZER_BYTES_PER_PARAM / (gpu.hbm_bandwidth_bytes_per_s * C.HBM_STREAM_EFFICIENCY)
     if job.precision == "fp8":  # FP8 cast-transpose of the updated weights, once per step (TE weight cache)

@@ -71,7 +71,7 @@ def interleaving_ok(lps: tuple[int, ...], vpp: int, engine: Engine) -> bool:
     return all(n % vpp == 0 and n >= vpp for n in lps)
 
 
-def engine_flags(engine: Engine, gpu: GpuSpec, tp: int, zero: int, given: dict | None = None) -> dict:
+def engine_flags(engine: Engine, gpu: GpuSpec, tp: int, zero: int, given: dict | None = None, pp: int = 1) -> dict:
     """The engine-decided fields for tensor degree ``tp`` and ZeRO stage ``zero``: sequence
     parallelism, attention kernel, the TP and data-parallel overlaps. ``given`` holds values the
     user set (kept as they are; the others follow from them)."""
@@ -82,7 +82,7 @@ def engine_flags(engine: Engine, gpu: GpuSpec, tp: int, zero: int, given: dict |
            "tp_comm_overlap": g.get("tp_comm_overlap", bool(engine.tp_comm_overlap and sp and tp > 1)),
            "async_tp_allreduce": g.get("async_tp_allreduce", engine.async_tp_allreduce),
            "overlap_grad_reduce": g.get("overlap_grad_reduce", engine.overlap_grad_reduce)}
-    gathers_once = zero in engine.zero_stages and engine.mode(zero).param_gather == "step"
+    gathers_once = zero >= 1 and zero in engine.zero_stages and engine.mode(zero, pp).param_gather == "step"
     out["overlap_param_gather"] = g.get("overlap_param_gather", bool(engine.overlap_param_gather and gathers_once and out["overlap_grad_reduce"]))
     return out
 
@@ -113,7 +113,7 @@ def resolve(par: ParallelConfig, model: ModelSpec, cluster: ClusterSpec, job: Jo
         if par.pp > 1 and zero > engine.max_zero_with_pp:
             zero = engine.max_zero_with_pp
         ch["zero"] = zero
-    flags = engine_flags(engine, cluster.gpu, par.tp, zero, {k: getattr(par, k) for k in _FLAG_FIELDS})
+    flags = engine_flags(engine, cluster.gpu, par.tp, zero, {k: getattr(par, k) for k in _FLAG_FIELDS}, par.pp)
     ch.update({k: v for k, v in flags.items() if getattr(par, k) is None})
     out = replace(par, **ch) if ch else par
     return out, tuple(k for k in ("dp",) + ENGINE_FIELDS if k in ch)

@@ -53,12 +53,16 @@ class Sharding:
     reshard_after_forward: bool = True
     with_pp: bool = True
     source: str = ""
+    grad_collective: str = "reducescatter"  # allreduce: DeepSpeed ZeRO-2 all-reduces each bucket by default
+    pp: "Sharding | None" = None  # how the mode runs under pipeline parallelism, where that differs
 
     def __post_init__(self) -> None:
         if self.grad_sync not in GRAD_SYNC:
             raise InputError(f"engine.sharding[{self.zero}].grad_sync", self.grad_sync, "step or microbatch")
         if self.param_gather not in PARAM_GATHER:
             raise InputError(f"engine.sharding[{self.zero}].param_gather", self.param_gather, "none, step or layer")
+        if self.grad_collective not in ("reducescatter", "allreduce"):
+            raise InputError(f"engine.sharding[{self.zero}].grad_collective", self.grad_collective, "reducescatter or allreduce")
 
 
 @dataclass(frozen=True)
@@ -99,11 +103,12 @@ class Engine:
         """The highest ZeRO stage the engine runs together with pipeline parallelism."""
         return max((s.zero for s in self.sharding if s.with_pp), default=0)
 
-    def mode(self, zero: int) -> Sharding:
-        """The engine's implementation of ZeRO stage ``zero`` (InputError when it has none)."""
+    def mode(self, zero: int, pp: int = 1) -> Sharding:
+        """The engine's implementation of ZeRO stage ``zero`` with ``pp`` pipeline stages
+        (InputError when it has none)."""
         for s in self.sharding:
             if s.zero == zero:
-                return s
+                return s.pp if (pp > 1 and s.pp is not None) else s
         raise InputError("parallel.zero", zero, f"a sharding stage {self.name} implements ({', '.join(map(str, self.zero_stages))})")
 
     def as_dict(self) -> dict:
@@ -127,11 +132,15 @@ def _from_dict(d: dict, where: str) -> Engine:
     for k in _BOOL:
         if not isinstance(feats.get(k), bool):
             raise InputError(f"{where}.features.{k}", feats.get(k), "true or false")
-    shard = []
-    for z, s in sorted((d.get("sharding") or {}).items()):
-        shard.append(Sharding(zero=int(z), name=str(s["name"]), grad_sync=s["grad_sync"], param_gather=s["param_gather"],
-                              reshard_after_forward=bool(s.get("reshard_after_forward", True)),
-                              with_pp=bool(s.get("with_pp", True)), source=str(s.get("source", ""))))
+    def sharding(z: int, s: dict, base: dict | None = None) -> Sharding:
+        s = {**(base or {}), **s}
+        pp = s.get("pp")
+        return Sharding(zero=z, name=str(s["name"]), grad_sync=s["grad_sync"], param_gather=s["param_gather"],
+                        reshard_after_forward=bool(s.get("reshard_after_forward", True)), with_pp=bool(s.get("with_pp", True)),
+                        source=str(s.get("source", "")), grad_collective=str(s.get("grad_collective", "reducescatter")),
+                        pp=sharding(z, pp, {k: v for k, v in s.items() if k != "pp"}) if isinstance(pp, dict) else None)
+
+    shard = [sharding(int(z), s) for z, s in sorted((d.get("sharding") or {}).items())]
     pipe = d.get("pipeline") or {}
     scheds = tuple(pipe.get("schedules") or ("1f1b",))
     for s in scheds:

@@ -105,6 +105,7 @@ def gpu_from_dict(d: dict, where: str = "gpu") -> GpuSpec:
         intra_node=str(d.get("intra_node", "nvswitch")),
         nvlink_generation=int(d.get("nvlink_generation", 0) or 0),
         gpus_per_node=_int(d, "gpus_per_node", where, 8),
+        nvlink_domain=int(d.get("nvlink_domain") or 0),
         sm_count=_int(d, "sm_count", where, 108),
         tdp_w=float(d.get("tdp_w", 400)),
         sources=tuple(d.get("sources", ()) or ()),
@@ -189,7 +190,7 @@ def _intra(gpu: GpuSpec, d: dict | None = None) -> IntraNodeLink:
         bandwidth_bytes_per_s=float(bw) * 1e9,
         latency_s=float(d.get("latency_us", alpha * 1e6)) * 1e-6,
         efficiency=float(d.get("efficiency", eff)),
-        domain_size=int(d.get("domain_size", gpu.gpus_per_node)),
+        domain_size=int(d.get("domain_size", max(gpu.gpus_per_node, gpu.nvlink_domain))),
     )
 
 
@@ -227,7 +228,7 @@ def make_cluster(
     if intra_node is not None:
         V.check_value("hardware.intra_node", intra_node, "intra")
     intra = dict(intra_node or {})
-    intra.setdefault("domain_size", max(gpn, int((intra_node or {}).get("domain_size", gpn))))
+    intra.setdefault("domain_size", max(gpn, g.nvlink_domain, int((intra_node or {}).get("domain_size", gpn))))
     tiers = ()
     if inter_node and inter_node.get("tiers") is not None:
         tiers = tiers_from_list(inter_node["tiers"])

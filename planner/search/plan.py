@@ -234,9 +234,9 @@ def plan(
             if nearest is None or states < nearest[0]:
                 nearest = (states, None, to_parallel(t, fixed))
             continue
-        fk = (tp, z)
+        fk = (tp, z, pp > 1)
         if fk not in flag_cache:
-            flag_cache[fk] = engine_flags(eng, cluster.gpu, tp, z, given)
+            flag_cache[fk] = engine_flags(eng, cluster.gpu, tp, z, given, pp)
         f = flag_cache[fk]
         lk = (tp, cp, ep, mb, rec, f["sequence_parallel"], f["tp_comm_overlap"], f["async_tp_allreduce"], f["attention"])
         if lk not in per_layer_cache:
@@ -258,7 +258,7 @@ def plan(
         if time.perf_counter() > deadline:
             raise _timed_out(limit, found, len(pool), evaluated, t0, eng.name, stats, "ranking", top_k)
         tp, pp, dp, cp, ep, v, mb, rec, z = t
-        par = to_parallel(t, fixed).replace(**flag_cache[(tp, z)])
+        par = to_parallel(t, fixed).replace(**flag_cache[(tp, z, pp > 1)])
         par = par.replace(schedule=par.schedule or ("interleaved" if v > 1 else eng.default_schedule))
         evaluated += 1
         lps = lps_fixed or default_split(model, pp, v, eng)
