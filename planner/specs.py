@@ -111,6 +111,8 @@ class ModelSpec:
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    position_embedding: str | None = None  # rope | learned; None: rope for RMSNorm (Llama-family) models, learned for GPT
+    rope_theta: float | None = None  # rotary base (Llama 3: 500000); None: the model family's default is unknown
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -118,6 +120,11 @@ class ModelSpec:
             _positive_int(f"model.{f}", getattr(self, f))
         _choice("model.mlp", self.mlp, MLP_KINDS)
         _choice("model.norm", self.norm, ("layernorm", "rmsnorm"))
+        if self.position_embedding is None:
+            object.__setattr__(self, "position_embedding", "rope" if self.norm == "rmsnorm" else "learned")
+        _choice("model.position_embedding", self.position_embedding, ("rope", "learned"))
+        if self.rope_theta is not None:
+            _positive_float("model.rope_theta", self.rope_theta)
         if self.head_dim is None:
             if self.hidden % self.heads:
                 raise InputError("model.heads", self.heads, f"a divisor of hidden ({self.hidden}) or an explicit head_dim")

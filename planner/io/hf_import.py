@@ -311,5 +311,17 @@ def model_from_hf_config(data: dict, name: str = "hf-model") -> ModelSpec:
         kv_lora_rank=r.int_("kv_lora_rank") if mla else 0,
         qk_rope_head_dim=r.int_("qk_rope_head_dim") if mla else 0,
         v_head_dim=r.int_("v_head_dim") if mla else 0,
+        position_embedding="rope" if (d.get("rope_theta") is not None or d.get("rotary_emb_base") is not None
+                                      or family not in ("gpt2",)) else "learned",
+        rope_theta=_rope_theta(d),
         source=source,
     )
+
+
+def _rope_theta(d: dict) -> float | None:
+    """The rotary base of a transformers config (``rope_theta``; GPT-NeoX ``rotary_emb_base``)."""
+    for key in ("rope_theta", "rotary_emb_base"):
+        v = d.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+            return float(v)
+    return None
