@@ -13,7 +13,11 @@ import difflib
 
 
 class InputError(ValueError):
-    """Bad input: names the field, the value and what was expected."""
+    """Bad input: names the field, the value and what was expected.
+
+    >>> str(InputError("parallel.tp", 3, "a divisor of the GPU count (8)"))
+    'parallel.tp: got 3, expected a divisor of the GPU count (8)'
+    """
 
     def __init__(self, field: str, value: object, expected: str):
         self.field = field
@@ -23,7 +27,15 @@ class InputError(ValueError):
 
 
 class NoFeasiblePlan(RuntimeError):
-    """No configuration fits; carries the nearest miss and what would make it fit (exit 1)."""
+    """No configuration fits; carries the nearest miss and what would make it fit (exit 1).
+
+    >>> import planner
+    >>> try:
+    ...     planner.plan(planner.load_model("llama3.1-405b"), planner.make_cluster("h100-sxm5-80gb", 8), planner.Job(8192, 8))
+    ... except planner.NoFeasiblePlan as exc:
+    ...     print(exc.nearest.pp >= 1, len(exc.hints) > 0)
+    True True
+    """
 
     def __init__(self, message: str, nearest: object | None = None, hints: list[str] | None = None):
         self.nearest = nearest
@@ -32,7 +44,16 @@ class NoFeasiblePlan(RuntimeError):
 
 
 class SolverFailure(RuntimeError):
-    """The solver failed or hit its time limit (exit 3); carries the best plan found so far."""
+    """The solver failed or hit its time limit (exit 3); carries the best plan found so far.
+
+    >>> import planner
+    >>> try:
+    ...     planner.plan(planner.load_model("llama3.1-70b"), planner.make_cluster("h100-sxm5-80gb", 64),
+    ...                  planner.Job(8192, 256), time_limit_s=1e-9)
+    ... except planner.SolverFailure as exc:
+    ...     print(type(exc.best).__name__)
+    PlanResult
+    """
 
     def __init__(self, message: str, best: object | None = None):
         self.best = best

@@ -62,7 +62,11 @@ def _choice(name: str, value: object, choices: tuple[str, ...]) -> str:
 
 @dataclass(frozen=True)
 class MoESpec:
-    """Mixture-of-experts block (Fedus et al. 2021; DeepSeek-V3 report arXiv 2412.19437 sec. 2.1.2)."""
+    """Mixture-of-experts block (Fedus et al. 2021; DeepSeek-V3 report arXiv 2412.19437 sec. 2.1.2).
+
+    >>> MoESpec(experts=8, top_k=2, expert_ffn_hidden=14336).capacity_factor is None   # dropless
+    True
+    """
 
     experts: int
     top_k: int
@@ -92,6 +96,10 @@ class ModelSpec:
     ``kv_heads`` < ``heads`` is grouped-query attention (Ainslie et al. 2023);
     ``mlp`` selects two-matrix GeLU / squared-ReLU or three-matrix SwiGLU (Shazeer 2020).
     ``q_lora_rank``/``kv_lora_rank`` > 0 selects multi-head latent attention (DeepSeek-V2/V3).
+
+    >>> m = ModelSpec(name="tiny", layers=2, hidden=256, heads=4, kv_heads=2, ffn_hidden=1024, vocab=1000, norm="rmsnorm")
+    >>> m.head_dim, m.position_embedding
+    (64, 'rope')
     """
 
     name: str
@@ -155,7 +163,13 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class GpuSpec:
-    """One accelerator. Peaks are dense (no sparsity) FLOP/s per precision."""
+    """One accelerator. Peaks are dense (no sparsity) FLOP/s per precision.
+
+    >>> from planner import load_gpu
+    >>> g = load_gpu("h100-sxm5-80gb")
+    >>> g.peak("bf16") / 1e12, round(g.memory_bytes / 2**30, 1)
+    (989.0, 79.6)
+    """
 
     id: str
     name: str
@@ -266,6 +280,14 @@ class Tier:
 
 @dataclass(frozen=True)
 class ClusterSpec:
+    """GPUs, nodes and the two levels of links (scale-up domain, scale-out network).
+
+    >>> from planner import make_cluster
+    >>> c = make_cluster("h100-sxm5-80gb", 64)
+    >>> c.num_nodes, c.nvlink_domain, c.inter.kind
+    (8, 8, 'infiniband')
+    """
+
     name: str
     gpu: GpuSpec
     num_gpus: int
@@ -301,6 +323,12 @@ class ClusterSpec:
 
 @dataclass(frozen=True)
 class Job:
+    """What one optimizer step processes: sequence length, sequences per step, precision.
+
+    >>> Job(seq_len=8192, global_batch_size=256).tokens_per_step
+    2097152
+    """
+
     seq_len: int
     global_batch_size: int  # sequences per optimizer step
     precision: str = "bf16"

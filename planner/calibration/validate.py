@@ -169,7 +169,14 @@ def fill_and_predict(run: Run, opts: SearchOptions | None = None, median: bool =
 
 
 def validate_runs(runs: list[Run], opts: SearchOptions | None = None, median: bool = True) -> tuple[list[RunResult], list[Refused]]:
-    """Score every run that can be expressed; the others are returned as :class:`Refused`."""
+    """Score every run that can be expressed; the others are returned as :class:`Refused`.
+
+    >>> import planner
+    >>> from planner.calibration.datasets import dataset_path
+    >>> results, refused = planner.validate_runs(planner.load_runs(dataset_path("public"))[:2], median=False)
+    >>> [r.engine for r in results], refused
+    (['megatron-legacy', 'megatron-legacy'], [])
+    """
     results, refused = [], []
     for r in runs:
         try:

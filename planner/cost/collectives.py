@@ -119,6 +119,14 @@ class Level:
 
 @dataclass(frozen=True)
 class CollectiveResult:
+    """One collective's time and the algorithm chosen; bandwidths in bytes/s (nccl-tests' algbw, busbw).
+
+    >>> import planner
+    >>> r = planner.collective("allgather", 2**28, planner.make_cluster("a100-sxm4-80gb", 8))
+    >>> r.op, r.gpus, r.busbw_bytes_per_s < 300e9
+    ('allgather', 8, True)
+    """
+
     op: str
     bytes: float
     gpus: int

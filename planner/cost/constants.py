@@ -59,6 +59,13 @@ class Constants:
 
     Field names are the constants' documented names (docs/cost_model.md); ``replace`` gives a
     copy with some of them changed.
+
+    >>> import planner
+    >>> slow = planner.DEFAULT_CONSTANTS.replace(TRAINING_KERNEL_EFFICIENCY=0.6)
+    >>> m, c, j = planner.load_model("llama3.1-8b"), planner.make_cluster("h100-sxm5-80gb", 8), planner.Job(8192, 64)
+    >>> p = planner.ParallelConfig(tp=1, pp=1)
+    >>> planner.estimate(m, c, j, p, constants=slow).step_time_s > planner.estimate(m, c, j, p).step_time_s
+    True
     """
 
     # --- Compute ----------------------------------------------------------------------------

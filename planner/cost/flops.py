@@ -129,6 +129,12 @@ def embedding_params(model: ModelSpec) -> dict[str, int]:
 
 
 def param_count(model: ModelSpec) -> int:
+    """Parameters of the model (embedding, layers, output layer when untied).
+
+    >>> import planner
+    >>> round(planner.param_count(planner.load_model("llama3.1-8b")) / 1e9, 2)
+    8.03
+    """
     total = model.dense_layers * sum(layer_params(model, moe_layer=False).values())
     if model.moe_layers:
         total += model.moe_layers * sum(layer_params(model, moe_layer=True).values())
@@ -192,6 +198,11 @@ def step_model_flops(model: ModelSpec, global_batch: int, seq_len: int, causal: 
     ``causal=True``: the attention core counted over the causal half of the square (what
     flash attention executes, FlashAttention papers' causal convention) -- at 128K on
     Llama 3.1 405B the two differ by ~30%.
+
+    >>> import planner
+    >>> f = planner.step_model_flops(planner.load_model("gpt3-175b"), 1536, 2048)
+    >>> round(f / (6 * 174.6e9 * 1536 * 2048), 2)   # ~6 N D, plus attention over the full square
+    1.03
     """
     dense = model.dense_layers
     half = 0.5 if causal else 1.0

@@ -144,3 +144,24 @@ class Topology:
             out.append({"name": lv.name, "gpus": self._tier_gpus(i), "bandwidth_bytes_per_s": lv.bandwidth_bytes_per_s,
                         "latency_s": lv.latency_s, "oversubscription": self.tiers[i].oversubscription})
         return out
+
+
+def group_collective(op: str, nbytes: float, cluster, gpus: int | None = None, stride: int = 1, algorithm: str = "auto") -> CollectiveResult:
+    """Time one collective on a cluster: ``op`` on ``nbytes`` (the full buffer) over a group of
+    ``gpus`` ranks (default: the whole cluster) spaced ``stride`` apart in Megatron's rank order,
+    priced on the scale-up domain and the slowest network tier the group crosses.
+
+    This is ``planner.collective``: every argument is a public type (a ClusterSpec from
+    :func:`planner.make_cluster`), the result a :class:`CollectiveResult` (time, algorithm,
+    algorithm and bus bandwidth).
+
+    >>> import planner
+    >>> r = planner.collective("allreduce", 2**30, planner.make_cluster("h100-sxm5-80gb", 8))
+    >>> r.algorithm, round(r.time_s * 1e3, 2) > 0
+    ('nvls', True)
+    """
+    topo = Topology.from_cluster(cluster)
+    return topo.collective(op, nbytes, cluster.num_gpus if gpus is None else gpus, stride, algorithm)
+
+
+__all__.append("group_collective")

@@ -90,7 +90,14 @@ def engine_flags(engine: Engine, gpu: GpuSpec, tp: int, zero: int, given: dict |
 def resolve(par: ParallelConfig, model: ModelSpec, cluster: ClusterSpec, job: Job, engine: Engine) -> tuple[ParallelConfig, tuple[str, ...]]:
     """The configuration ``engine`` runs for ``par``: every ``None`` field set to the engine's
     default (the setting the planner's launch files for that engine use), and the names of the
-    fields it filled. A field the user set is never changed."""
+    fields it filled. A field the user set is never changed.
+
+    >>> import planner
+    >>> m, c, j = planner.load_model("llama3.1-8b"), planner.make_cluster("h100-sxm5-80gb", 8), planner.Job(8192, 64)
+    >>> par, filled = planner.resolve(planner.ParallelConfig(tp=2), m, c, j, planner.get_engine("torchtitan"))
+    >>> par.dp, par.zero, par.recompute, "zero" in filled
+    (4, 3, 'selective', True)
+    """
     ch: dict = {}
     if par.dp is None:
         n, mp = cluster.num_gpus, par.tp * par.pp * par.cp

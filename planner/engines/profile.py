@@ -67,7 +67,13 @@ class Sharding:
 
 @dataclass(frozen=True)
 class Engine:
-    """One training engine: features, sharding modes, pipeline rules and defaults."""
+    """One training engine: features, sharding modes, pipeline rules and defaults.
+
+    >>> from planner import get_engine
+    >>> e = get_engine("deepspeed")
+    >>> e.tensor_parallel, e.mode(2).grad_collective
+    (False, 'allreduce')
+    """
 
     name: str
     title: str
@@ -166,7 +172,11 @@ def _load(name: str) -> Engine:
 
 
 def get_engine(engine: "str | Engine | None" = None) -> Engine:
-    """The profile named ``engine`` (``None``: :data:`DEFAULT_ENGINE`); an Engine passes through."""
+    """The profile named ``engine`` (``None``: :data:`DEFAULT_ENGINE`); an Engine passes through.
+
+    >>> get_engine().name, get_engine("torchtitan").schedules[:2]
+    ('megatron-core', ('1f1b', 'interleaved'))
+    """
     if isinstance(engine, Engine):
         return engine
     name = DEFAULT_ENGINE if engine is None else str(engine).lower()

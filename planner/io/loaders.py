@@ -114,6 +114,11 @@ def gpu_from_dict(d: dict, where: str = "gpu") -> GpuSpec:
 
 
 def load_gpu(name_or_path: str) -> GpuSpec:
+    """A GPU preset id (``planner hw list``) or a YAML/JSON GPU file.
+
+    >>> load_gpu("a100-sxm4-80gb").peak("bf16") / 1e12
+    312.0
+    """
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml", ".json") and p.is_file():
         return gpu_from_dict(read_mapping(p), str(p))
@@ -164,7 +169,12 @@ def model_from_dict(d: dict, where: str = "model", strict: bool = True) -> Model
 
 
 def load_model(name_or_path: str) -> ModelSpec:
-    """A preset id, a YAML/JSON model file, or a Hugging Face ``config.json``."""
+    """A preset id (``planner models list``), a YAML/JSON model file, or a Hugging Face ``config.json``.
+
+    >>> m = load_model("llama3.1-70b")
+    >>> m.layers, m.hidden, m.kv_heads, m.mlp
+    (80, 8192, 8, 'swiglu')
+    """
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml", ".json") or p.is_file():
         data = read_mapping(p)
@@ -222,6 +232,14 @@ def make_cluster(
     intra_node: dict | None = None,
     name: str = "custom",
 ) -> ClusterSpec:
+    """A cluster of ``num_gpus`` GPUs of one preset (or GpuSpec): the GPU's node size and
+    NVLink domain, and a scale-out network (default 8 x 400 Gb/s InfiniBand per node;
+    ``inter_node={"kind", "gbps_per_nic", "nics_per_node", ...}`` to change it).
+
+    >>> c = make_cluster("h100-sxm5-80gb", 128, inter_node={"kind": "roce", "gbps_per_nic": 200, "nics_per_node": 8})
+    >>> c.num_nodes, c.inter.kind, c.inter.gbps_per_nic
+    (16, 'roce', 200.0)
+    """
     g = load_gpu(gpu) if isinstance(gpu, str) else gpu
     gpn = g.gpus_per_node if gpus_per_node is None else gpus_per_node
     V.check_value("hardware.gpus_per_node", gpn, "gpn")
@@ -239,6 +257,12 @@ def make_cluster(
 
 
 def load_cluster(name_or_path: str, num_gpus: int | None = None) -> ClusterSpec:
+    """A cluster preset id (``planner hw list``) or a YAML/JSON cluster file, optionally resized.
+
+    >>> c = load_cluster("gb200-nvl72", num_gpus=144)
+    >>> c.gpu.id, c.nvlink_domain
+    ('gb200', 72)
+    """
     p = Path(name_or_path)
     d = read_mapping(p) if p.suffix in (".yaml", ".yml", ".json") or p.is_file() else read_preset("clusters", name_or_path)
     where = str(p) if p.is_file() else f"cluster[{name_or_path}]"
@@ -306,6 +330,13 @@ def run_from_dict(r: dict, where: str = "run") -> Run:
 
 
 def load_runs(path: str | Path) -> list[Run]:
+    """The runs of a ``planner-runs/1`` file (published or your own measurements).
+
+    >>> from planner.calibration.datasets import dataset_path
+    >>> runs = load_runs(dataset_path("public"))
+    >>> len(runs), runs[0].id
+    (32, 'narayanan21-t1-1.7B')
+    """
     data = read_mapping(path)
     for key in data:
         if key not in _RUNS_FILE_KEYS:
