@@ -35,7 +35,6 @@ from typing import Any
 
 import numpy as np
 import yaml
-from scipy.optimize import least_squares
 
 from planner.errors import InputError
 
@@ -125,6 +124,8 @@ def fit_constants(
 
     Needs more runs than parameters (the residual variance has n - p degrees of freedom).
     """
+    from scipy.optimize import least_squares  # noqa: PLC0415  (scipy costs ~1 s to import: only when fitting)
+
     if not callable(predict):
         raise InputError("predict", predict, "a callable predict(params, run) -> step_time_s")
     names, x0, lo, hi = _check_params(params)

@@ -33,6 +33,7 @@ import numpy as np
 
 from planner.calibration.fit import CalibrationResult, ProfileEntry, fit_constants
 from planner.cost.constants import DEFAULT_CONSTANTS, FITTABLE, Constants
+from planner.calibration.values import Calibration, check_values as _check
 from planner.errors import InputError
 from planner.specs import ClusterSpec, ParallelConfig
 
@@ -78,43 +79,6 @@ def current_values(constants: Constants = DEFAULT_CONSTANTS, inter_node_efficien
     vals = {k: float(getattr(constants, k)) for k in FITTABLE if k != "INTER_NODE_EFFICIENCY"}
     vals["INTER_NODE_EFFICIENCY"] = float(LINK_DEFAULTS["infiniband"][1] if inter_node_efficiency is None else inter_node_efficiency)
     return vals
-
-
-def _check(values: Mapping[str, float]) -> dict[str, float]:
-    out = {}
-    for k, v in values.items():
-        if k not in FITTABLE:
-            raise InputError("constant", k, "one of " + ", ".join(FITTABLE))
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.floating)) or not (0 < float(v) <= 1):
-            raise InputError(k, v, "an efficiency in (0, 1]")
-        out[k] = float(v)
-    return out
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """Fitted values as what the cost model takes: ``constants`` (passed to estimate/plan) and
-    the scale-out efficiency (``inter_node_efficiency``, applied to a cluster by :meth:`cluster`).
-
-    >>> cal = Calibration.from_values({"TRAINING_KERNEL_EFFICIENCY": 0.7})
-    >>> cal.constants.TRAINING_KERNEL_EFFICIENCY, cal.inter_node_efficiency is None
-    (0.7, True)
-    """
-
-    constants: Constants = DEFAULT_CONSTANTS
-    inter_node_efficiency: float | None = None
-
-    @classmethod
-    def from_values(cls, values: Mapping[str, float], base: Constants = DEFAULT_CONSTANTS) -> "Calibration":
-        vals = _check(values)
-        inter = vals.pop("INTER_NODE_EFFICIENCY", None)
-        return cls(base.replace(**vals) if vals else base, inter)
-
-    def cluster(self, cluster: ClusterSpec) -> ClusterSpec:
-        """The cluster with the calibrated scale-out efficiency (if any)."""
-        if self.inter_node_efficiency is None:
-            return cluster
-        return replace(cluster, inter=replace(cluster.inter, efficiency=float(self.inter_node_efficiency)))
 
 
 def apply_to_cluster(cluster: ClusterSpec, values: Mapping[str, float]) -> ClusterSpec:

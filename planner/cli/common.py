@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from planner import __version__
 from planner.errors import InputError
 from planner.io.loaders import load_cluster, load_model, make_cluster, read_mapping, run_from_dict
-from planner.calibration.profile import Calibration
+from planner.calibration.values import Calibration
 from planner.engines import DEFAULT_ENGINE, get_engine
 from planner.search.space import SearchOptions
 from planner.specs import ClusterSpec, Job, ModelSpec

@@ -27,8 +27,6 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 
-import numpy as np
-
 __all__ = ["INF", "Program", "Solution", "SolveStats", "highs_available", "BACKENDS"]
 
 INF = float("inf")
@@ -100,6 +98,7 @@ class Program:
 
     def _highs(self, time_limit_s: float | None) -> Solution:
         import highspy  # noqa: PLC0415  (lazy: only when a program is solved)
+        import numpy as np  # noqa: PLC0415
 
         h = highspy._Highs()  # the core class: no banner on stdout (module docstring)
         h.setOptionValue("output_flag", False)
