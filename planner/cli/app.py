@@ -2,7 +2,8 @@
 
 Exit codes (README, "Exit codes"): 0 plans found / success, 1 nothing fits (nearest miss
 printed), 2 bad input (one line naming field, value and expectation), 3 solver failure or
-time limit (best plan found so far printed).
+time limit (best plan found so far printed), 4 an internal error (a bug: one line, the
+traceback with ``--debug``), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def _root(
     """Parallelism auto-planner for training large models: predict, search, emit launch configs.
 
     Start with `planner plan` (a built-in example), then `planner plan --help`.
-    Exit codes: 0 plans found, 1 nothing fits (nearest miss printed), 2 bad input, 3 solver time limit.
+    Exit codes: 0 plans found, 1 nothing fits (nearest miss printed), 2 bad input, 3 solver time limit,
+    4 internal error (rerun with --debug for the traceback).
     """
     # --debug and --time-limit are taken out of the arguments by main() wherever they appear;
     # they are declared here so that --help lists them.
@@ -91,6 +93,22 @@ def _print_partial(best: object) -> None:
         )
 
 
+def _usage_message(exc) -> str:
+    """Click's usage error in one line; an unknown option names the closest meaning
+    (``--tensor-parallel`` -> ``--tp``, :func:`planner.errors.suggest`) instead of click's
+    closest spelling (``--sequence-parallel``)."""
+    name = getattr(exc, "option_name", None)
+    ctx = getattr(exc, "ctx", None)
+    if type(exc).__name__ == "NoSuchOption" and name and ctx is not None and ctx.command is not None:
+        from planner.errors import suggest  # noqa: PLC0415
+
+        opts = [o for p in ctx.command.params for o in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ()))
+                if o.startswith("--")]
+        hint = suggest(name, opts)
+        return f"no such option: {name}" + (f" ({hint})" if hint else f" (planner {ctx.command.name} --help)")
+    return " ".join(exc.format_message().split())
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: runs the app and maps exceptions to exit codes."""
     import planner.cli  # noqa: F401,PLC0415  (registers the commands)
@@ -130,13 +148,13 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     except typer.Exit as exc:
         return exc.exit_code
-    except typer.Abort:
+    except (typer.Abort, KeyboardInterrupt):
         typer.echo("aborted", err=True)
         return 130
     except Exception as exc:  # click usage errors (typer vendors its own click) and anything unexpected
         names = {c.__name__ for c in type(exc).__mro__}
         if "UsageError" in names:
-            typer.echo(f"error: {exc.format_message()}", err=True)
+            typer.echo(f"error: {_usage_message(exc)}", err=True)
             return 2
         if "ClickException" in names:
             typer.echo(f"error: {exc.format_message()}", err=True)

@@ -10,7 +10,8 @@ from planner.cli import goodput as G
 from planner.cli import options as O
 from planner.cli.app import app
 from planner.cli.common import emit_json, plan_document, setup_from_cli
-from planner.report.tables import busy, console, plans_view
+from planner.report.tables import busy, console, plans_legend, plans_view, recommendation, search_line, wrap
+from planner.units import plural
 
 __all__ = ["plan_cmd"]
 
@@ -99,14 +100,13 @@ def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, net
         emit_json(doc)
         return
     c, j = setup.cluster, setup.job
-    title = (f"{setup.model.name} on {c.num_gpus} x {c.gpu.id} ({c.num_nodes} nodes), seq {j.seq_len}, "
+    title = (f"{setup.model.name} on {c.num_gpus} x {c.gpu.id} ({plural(c.num_nodes, 'node')}), seq {j.seq_len}, "
              f"batch {j.global_batch_size}, {j.precision}")
     con = console()
     con.print(plans_view(result.plans, title))
-    con.print("mb x n: micro-batch x count; v: virtual stages per rank; rec: recompute;\n"
-              "Z: ZeRO stage; GiB/cap: peak memory per GPU vs capacity;\n"
-              "bound: the largest term of the step time", style="dim")
-    con.print(f"{result.candidates} candidates, {result.evaluated} evaluated exactly, solver {result.solver}, {result.seconds:.2f} s")
+    con.print(plans_legend(result.plans), style="dim")
+    con.print(wrap(recommendation(result.plans)))
+    con.print(search_line(result))
     for line in gp_text:
         con.print(line, highlight=False, soft_wrap=True)
     if explain:

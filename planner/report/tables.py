@@ -19,11 +19,12 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from planner.units import GIB, fmt_time, fmt_tokens, gib  # noqa: F401  (re-exported for report/ and cli/)
+from planner.report.reasons import bound_label, recommendation  # noqa: F401  (re-exported for cli/)
+from planner.units import GIB, MEMORY_LEGEND, fmt_time, fmt_tokens, gib, plural  # noqa: F401  (re-exported for report/ and cli/)
 
 __all__ = [
     "busy",
-    "console", "err_console", "plans_table", "plans_view", "estimate_table", "validation_table",
+    "console", "err_console", "plans_table", "plans_view", "plans_legend", "bound_label", "recommendation", "wrap", "search_line", "estimate_table", "validation_table",
     "gib", "fmt_time", "fmt_tokens", "short_link", "short_bound", "compact_table", "track",
 ]
 
@@ -69,24 +70,64 @@ def compact_table(**kw) -> Table:
 
 def plans_table(plans: list) -> Table:
     """Ranked plans: rank, degrees, micro-batch x count, virtual stages, recompute, ZeRO, step
-    time, tokens/s, MFU, peak memory / capacity (GiB), what bounds the step."""
+    time, tokens/s, MFU, peak memory per GPU (GiB; the capacity is the same for every row and
+    said once, in :func:`plans_legend`), and what bounds the step (the largest exposed term
+    with its share, :func:`planner.report.reasons.bound_label`)."""
     t = compact_table()
     for col, just in (("#", "right"), ("tp/pp/dp/cp", "left"), ("mb x n", "right"), ("v", "right"), ("rec", "left"),
-                      ("Z", "right"), ("step", "right"), ("tok/s", "right"), ("MFU", "right"), ("GiB/cap", "right"),
+                      ("Z", "right"), ("step", "right"), ("tok/s", "right"), ("MFU", "right"), ("GiB", "right"),
                       ("bound", "left")):
         t.add_column(col, justify=just, no_wrap=True)
     for p in plans:
         par, e = p.parallel, p.estimate
         degrees = f"{par.tp}/{par.pp}/{par.dp}/{par.cp}" + (f" ep{par.ep}" if par.ep > 1 else "")
-        mem = f"{gib(e.memory_peak_bytes)}/{e.memory_capacity_bytes / GIB:.3g}"
         style = "red" if not e.fits else ("yellow" if e.memory_peak_bytes > 0.9 * e.memory_capacity_bytes else "")
         t.add_row(
             str(p.rank), degrees, f"{par.micro_batch_size}x{e.num_microbatches}", str(par.vpp),
             {"none": "-", "selective": "sel", "full": "full"}[par.recompute], str(par.zero),
             fmt_time(e.step_time_s), fmt_tokens(e.tokens_per_s), f"{100 * e.mfu:.1f}%",
-            Text(mem, style=style), short_bound(e.bound),
+            Text(gib(e.memory_peak_bytes), style=style), bound_label(e),
         )
     return t
+
+
+def plans_legend(plans: list) -> str:
+    """The column legend under the plans table, with the units said once (:data:`planner.units.LEGEND`)."""
+    cap = f"{gib(plans[0].estimate.memory_capacity_bytes)} GiB" if plans else "the GPU's memory"
+    return ("mb x n: micro-batch x count; v: virtual stages per rank; rec: recompute;\n"
+            f"Z: ZeRO stage; GiB: peak memory per GPU (capacity {cap});\n"
+            "bound: the largest exposed term of the step and its share (compute,\n"
+            f"bubble, or tp/pp/dp/cp/ep comm with its network); {MEMORY_LEGEND}")
+
+
+def wrap(text: str, width: int = 80) -> str:
+    """A long line folded at ``width`` columns (continuation lines indented two spaces), so
+    that piped output stays within 80 columns."""
+    import re  # noqa: PLC0415
+    import textwrap  # noqa: PLC0415
+
+    if not text:
+        return ""
+    glued = re.sub(r"(\d) (s|ms|us|min|h|d|GiB|GB/s|Gb/s)\b", "\\1\x00\\2", text)  # a number stays with its unit
+    return "\n".join(textwrap.wrap(glued, width, subsequent_indent="  ", break_on_hyphens=False)).replace("\x00", " ")
+
+
+def search_line(result) -> str:
+    """How the search went, in words: candidates, how many were priced exactly, how the layer
+    splits were chosen, and the wall time."""
+    stats = getattr(result, "stats", None)
+    solved = getattr(stats, "programs", 0)
+    ruled = getattr(stats, "ruled_out", 0)
+    solver = {"highs": "HiGHS", "pulp": "PuLP/CBC", "cbc": "CBC"}.get(str(result.solver).lower(), str(result.solver))
+    if solved:
+        split = f"{plural(solved, 'layer split')} solved exactly by {solver}"
+        if ruled:
+            split += f" ({ruled:,} more ruled out by memory before solving)"
+    elif ruled:
+        split = f"{plural(ruled, 'layer split')} ruled out by memory before solving; the rest split evenly"
+    else:
+        split = "no layer split to choose (even splits)"
+    return wrap(f"{result.candidates:,} candidates, {result.evaluated:,} priced exactly; {split}; {result.seconds:.2f} s")
 
 
 def plans_view(plans: list, title: str) -> Group:

@@ -55,7 +55,7 @@ def test_default_example_through_a_pipe():
     lines = out.splitlines()
     assert lines[0].startswith("Llama 3.1 70B on 64 x h100-sxm5-80gb (8 nodes), seq 8192, batch 256")
     header = lines[1].split()
-    assert header == ["#", "tp/pp/dp/cp", "mb", "x", "n", "v", "rec", "Z", "step", "tok/s", "MFU", "GiB/cap", "bound"]
+    assert header == ["#", "tp/pp/dp/cp", "mb", "x", "n", "v", "rec", "Z", "step", "tok/s", "MFU", "GiB", "bound"]
     rows = table_rows(out)
     assert [int(r[0]) for r in rows] == list(range(1, 11))
     for r in rows:
@@ -67,10 +67,20 @@ def test_default_example_through_a_pipe():
         assert r[7] in ("s", "ms") and float(r[6]) > 0  # "29.23 s"
         assert r[8][-1] in "kM" and float(r[8][:-1]) > 0
         assert r[9].endswith("%") and 0 < float(r[9][:-1]) < 100
-        peak, cap = map(float, r[10].split("/"))
-        assert peak <= cap == 79.6  # the H100 preset: 81559 MiB as nvidia-smi reports it
-        assert r[11] in ("compute", "bubble", "memory") or r[11] in ("tp", "pp", "dp", "cp", "ep")
-    assert "candidates" in lines[-1]
+        assert 0 < float(r[10]) <= 79.6  # the H100 preset: 81559 MiB as nvidia-smi reports it
+        # bound: the largest exposed term and its share of the step ("compute 93%", "dp ib 9%")
+        assert r[11] in ("compute", "bubble", "tp", "pp", "dp", "cp", "ep", "optimizer", "overhead")
+        assert r[-1].endswith("%") and 0 < int(r[-1][:-1]) <= 100
+    assert "capacity 79.6 GiB" in out and "memory in GiB (2^30 bytes)" in out
+    reason = next(i for i, line in enumerate(lines) if line.startswith("recommended: #1 "))
+    assert " #2 " in lines[reason] and "GiB" in " ".join(lines[reason:reason + 4])
+    assert "candidates" in out.split("recommended:")[1] and "solver none" not in out
+
+
+def test_counts_take_a_plural_only_when_not_one(capsys):
+    code, out, err = run(capsys, "plan", "--model", "llama3.1-8b", "--gpus", "8", "-b", "32", "--top", "2")
+    assert code == 0, err
+    assert "(1 node)" in out and "(1 nodes)" not in out
 
 
 def test_plan_explain_prints_the_three_parts(capsys):
@@ -325,3 +335,48 @@ def test_hf_config_takes_its_name_from_the_file_or_folder(tmp_path):
     data["_name_or_path"] = "org/recorded-name"
     named.write_text(_json.dumps(data))
     assert load_model(str(named)).name == "org/recorded-name"
+
+
+@pytest.mark.parametrize("args, hint", [
+    (["plan", "--tensor-parallel", "8"], "did you mean --tp?"),
+    (["plan", "--pipeline-parallel", "2"], "did you mean --pp?"),
+    (["estimate", "--tensor-model-parallel-size", "2"], "did you mean --tp?"),
+    (["plan", "--micro-batch", "2"], "did you mean --micro-batch-size?"),
+    (["plan", "--zero-stage", "1"], "did you mean --zero?"),
+])
+def test_unknown_flags_suggest_the_closest_meaning(capsys, args, hint):
+    code, out, err = run(capsys, *args)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and hint in err and "sequence-parallel" not in err
+
+
+def test_gpu_ids_match_by_family_before_spelling(capsys):
+    code, _, err = run(capsys, "plan", "--gpu", "h100")
+    assert code == 2 and err.count("\n") == 1
+    hint = err.split("did you mean ")[1]
+    assert "h100-sxm5-80gb" in hint and "gb200" not in hint
+    from planner.errors import suggest
+
+    assert suggest("a100", ["a100-sxm4-80gb", "a100-pcie-80gb", "h100-sxm5-80gb", "gb200"]).count("a100") == 2
+    assert "gb200" not in suggest("h100", ["h100-sxm5-80gb", "gb200", "b200-sxm-180gb"])
+
+
+def test_a_crash_is_one_line_exit_4_and_debug_shows_the_traceback(capsys, monkeypatch):
+    import planner.cli.plan as plan_mod
+
+    def boom(*a, **k):
+        raise ZeroDivisionError("synthetic bug")
+
+    monkeypatch.setattr(plan_mod, "setup_from_cli", boom)
+    code, out, err = run(capsys, "plan")
+    assert code == 4 and out == ""
+    assert err.count("\n") == 1 and "internal error: ZeroDivisionError: synthetic bug" in err and "--debug" in err
+    with pytest.raises(ZeroDivisionError):
+        main(["plan", "--debug"])
+
+
+def test_readme_lists_every_exit_code():
+    readme = (REPO / "README.md").read_text()
+    table = readme.split("### Exit codes", 1)[1].split("\n\n", 2)[1]
+    for code in ("0", "1", "2", "3", "4"):
+        assert f"| {code} |" in table, code
