@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 
 __all__ = ["GIB", "MIB", "LEGEND", "MEMORY_LEGEND", "gib", "fmt_bytes", "fmt_gbs", "fmt_gbps", "fmt_tflops", "fmt_time", "fmt_duration",
-           "fmt_tokens", "sig", "plural"]
+           "fmt_tokens", "sig", "plural", "wrap"]
 
 GIB = 2**30
 MIB = 2**20
@@ -113,6 +113,18 @@ def fmt_tokens(x: float) -> str:
             v = x / scale
             return f"{v:#.3g}{unit}" if v < 100 else f"{v:.0f}{unit}"
     return f"{x:.0f}"
+
+
+def wrap(text: str, width: int = 80) -> str:
+    """A long line folded at ``width`` columns (continuation lines indented two spaces), so
+    that piped output stays within 80 columns."""
+    import re  # noqa: PLC0415
+    import textwrap  # noqa: PLC0415
+
+    if not text:
+        return ""
+    glued = re.sub(r"(\d) (s|ms|us|min|h|d|GiB|GB/s|Gb/s)\b", "\\1\x00\\2", text)  # a number stays with its unit
+    return "\n".join(textwrap.wrap(glued, width, subsequent_indent="  ", break_on_hyphens=False)).replace("\x00", " ")
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:

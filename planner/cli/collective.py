@@ -17,6 +17,7 @@ from planner.cli.app import app
 from planner.cost.collectives import ALGORITHMS, OPS, CollectiveResult, algorithm_times
 from planner.cost.network import Topology
 from planner.errors import InputError
+from planner.units import fmt_bytes, plural, sig
 
 __all__ = ["collective_command", "parse_size", "parse_sweep", "sweep_sizes"]
 
@@ -72,8 +73,10 @@ def _topology(gpu, gpus, gpus_per_node, nic_gbps, nics_per_node, cluster) -> Top
         if nic_gbps is not None or nics_per_node is not None:
             raise InputError("--cluster", cluster, "either --cluster or --nic-gbps/--nics-per-node, not both")
         return Topology.from_cluster(load_cluster(cluster, num_gpus=gpus))  # its inter_node.tiers, if any
-    if gpu is None:
-        raise InputError("--gpu", None, "a GPU preset id (or --cluster)")
+    if gpu is None:  # the default cluster every command shares (planner.cli.common.DEFAULTS)
+        from planner.cli.common import DEFAULTS  # noqa: PLC0415
+
+        gpu = DEFAULTS["gpu"]
     if nics_per_node is not None and nic_gbps is None:
         raise InputError("--nics-per-node", nics_per_node, "to come with --nic-gbps")
     inter = None
@@ -84,6 +87,14 @@ def _topology(gpu, gpus, gpus_per_node, nic_gbps, nics_per_node, cluster) -> Top
     if gpus_per_node is not None and gpus_per_node < 1:
         raise InputError("--gpus-per-node", gpus_per_node, "a positive integer")
     return Topology.from_cluster(make_cluster(gpu, gpus, gpus_per_node, inter))
+
+
+def _t(seconds: float) -> str:
+    """A collective's time, three significant figures: 3.00 us, 6.16 ms, 1.23 s."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3)):
+        if seconds >= scale:
+            return f"{sig(seconds / scale)} {unit}"
+    return f"{sig(seconds * 1e6)} us"
 
 
 def _row(r: CollectiveResult) -> dict:
@@ -131,8 +142,8 @@ def _print_table(rows: list[dict], title: str) -> None:
 def collective_command(
     op: str = typer.Argument(..., help="allreduce, reducescatter, allgather, broadcast, reduce, gather, scatter, alltoall, sendrecv"),
     size: str = typer.Option(None, "--size", help="Buffer bytes: 1073741824, 1GiB, 512MB, 64KiB (K/M/G = 1024^n as in nccl-tests)."),
-    gpu: str = typer.Option(None, "--gpu", help="GPU preset id, e.g. h100-sxm5-80gb."),
-    gpus: int = typer.Option(..., "--gpus", help="GPUs in the group (all ranks, stride 1)."),
+    gpu: str = typer.Option(None, "--gpu", help="GPU preset id (default h100-sxm5-80gb, the default cluster of every command)."),
+    gpus: int = typer.Option(None, "--gpus", help="GPUs in the group (all ranks, stride 1; default 64, the default cluster's)."),
     gpus_per_node: int = typer.Option(None, "--gpus-per-node", help="GPUs per node (default: the GPU preset's)."),
     nic_gbps: float = typer.Option(None, "--nic-gbps", help="Gb/s per NIC (InfiniBand)."),
     nics_per_node: int = typer.Option(None, "--nics-per-node", help="NICs per node (default 8)."),
@@ -143,7 +154,10 @@ def collective_command(
 ) -> None:
     """Predict the time, algorithm bandwidth and bus bandwidth of one collective.
 
+    With only OP and --size: the default cluster (64 H100, 8 nodes of 8, 8 x 400 Gb/s InfiniBand each).
+
     Examples:
+      planner collective allreduce --size 1GiB
       planner collective allreduce --size 1GiB --gpu h100-sxm5-80gb --gpus 8
       planner collective allgather --size 256MB --gpu a100-sxm4-80gb --gpus 64 --nic-gbps 200 --nics-per-node 8 --json
       planner collective allreduce --sweep 8:1GiB --gpu a100-sxm4-80gb --gpus 16
@@ -154,6 +168,10 @@ def collective_command(
         raise InputError("--algorithm", algorithm, "one of auto, ring, tree, rhd, hierarchical, nvls")
     if (size is None) == (sweep is None):
         raise InputError("--size", size, "exactly one of --size BYTES or --sweep MIN:MAX")
+    if gpus is None:
+        from planner.cli.common import DEFAULTS  # noqa: PLC0415
+
+        gpus = DEFAULTS["gpus"]
     topo = _topology(gpu, gpus, gpus_per_node, nic_gbps, nics_per_node, cluster)
     sizes = sweep_sizes(*parse_sweep(sweep)) if sweep is not None else [parse_size(size)]
     rows = [_row(topo.collective(op, n, gpus, 1, algorithm)) for n in sizes]
@@ -172,13 +190,13 @@ def collective_command(
             return
         d = rows[0]
         typer.echo(
-            f"{op} of {d['bytes']} B over {gpus} x {where['gpu']} ({where['nodes']} node(s); levels {', '.join(where['levels'])}): "
-            f"{d['algorithm']}, {d['time_s'] * 1e6:.2f} us, algbw {d['algbw_gbps']:.2f} GB/s, busbw {d['busbw_gbps']:.2f} GB/s"
+            f"{op} of {fmt_bytes(d['bytes'])} over {gpus} x {where['gpu']} ({plural(where['nodes'], 'node')}; levels {', '.join(where['levels'])}): "
+            f"{d['algorithm']}, {_t(d['time_s'])}, algbw {sig(d['algbw_gbps'])} GB/s, busbw {sig(d['busbw_gbps'])} GB/s"
         )
-        others = ", ".join(f"{a} {t * 1e6:.2f} us" for a, t in sorted(times.items(), key=lambda kv: kv[1]))
+        others = ", ".join(f"{a} {_t(t)}" for a, t in sorted(times.items(), key=lambda kv: kv[1]))
         typer.echo(f"  algorithms: {others}")
         return
     if as_json:
         typer.echo(json.dumps({"op": op, "gpus": gpus, **where, "rows": rows}, indent=2))
         return
-    _print_table(rows, f"{op} over {gpus} x {where['gpu']}, {where['nodes']} node(s), levels {', '.join(where['levels'])} (model)")
+    _print_table(rows, f"{op} over {gpus} x {where['gpu']}, {plural(where['nodes'], 'node')}, levels {', '.join(where['levels'])} (model)")

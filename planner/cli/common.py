@@ -17,7 +17,8 @@ from planner.specs import ClusterSpec, Job, ModelSpec
 __all__ = ["Setup", "setup_from_cli", "setup_from_flags", "setup_from_scenario", "fixed_from_flags", "plan_document", "emit_json", "DEFAULTS"]
 
 # The built-in example: Llama 3.1 70B on 64 H100 (8 DGX H100 nodes, 8 x 400 Gb/s NDR each),
-# 8K sequence, 2M-token global batch.
+# 8K sequence, 2M-token global batch. It is the one default cluster of every command that
+# takes a cluster (plan, estimate, goodput, collective, chart scaling, sweep).
 DEFAULTS = {"model": "llama3.1-70b", "gpu": "h100-sxm5-80gb", "gpus": 64, "seq_len": 8192, "global_batch_size": 256, "precision": "bf16"}
 
 

@@ -68,7 +68,7 @@ def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, net
     gp = None
     if objective == "goodput" or n_tokens is not None or price is not None:
         gp = G.goodput_for(setup.cluster.num_gpus, float(param_count(setup.model)), ckpt_write_gbs=ckpt_write_gbs,
-                           restart_s=restart_s, failure_rate_per_gpu_hour=failure_rate)
+                           restart_s=restart_s, failure_rate_per_gpu_hour=failure_rate, gpus_per_node=setup.cluster.gpus_per_node)
     with busy(f"searching plans for {setup.cluster.num_gpus} GPUs"):
         result = plan(setup.model, setup.cluster, setup.job, top_k=top, options=opts, objective=objective, goodput=gp,
                       constants=setup.constants)

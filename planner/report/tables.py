@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from planner.report.reasons import bound_label, recommendation  # noqa: F401  (re-exported for cli/)
-from planner.units import GIB, MEMORY_LEGEND, fmt_time, fmt_tokens, gib, plural  # noqa: F401  (re-exported for report/ and cli/)
+from planner.units import GIB, MEMORY_LEGEND, fmt_time, fmt_tokens, gib, plural, wrap  # noqa: F401  (re-exported for report/ and cli/)
 
 __all__ = [
     "busy",
@@ -98,18 +98,6 @@ def plans_legend(plans: list) -> str:
             f"Z: ZeRO stage; GiB: peak memory per GPU (capacity {cap});\n"
             "bound: the largest exposed term of the step and its share (compute,\n"
             f"bubble, or tp/pp/dp/cp/ep comm with its network); {MEMORY_LEGEND}")
-
-
-def wrap(text: str, width: int = 80) -> str:
-    """A long line folded at ``width`` columns (continuation lines indented two spaces), so
-    that piped output stays within 80 columns."""
-    import re  # noqa: PLC0415
-    import textwrap  # noqa: PLC0415
-
-    if not text:
-        return ""
-    glued = re.sub(r"(\d) (s|ms|us|min|h|d|GiB|GB/s|Gb/s)\b", "\\1\x00\\2", text)  # a number stays with its unit
-    return "\n".join(textwrap.wrap(glued, width, subsequent_indent="  ", break_on_hyphens=False)).replace("\x00", " ")
 
 
 def search_line(result) -> str:

@@ -32,6 +32,9 @@ __all__ = [
     "job_mtbf_s",
     "checkpoint_bytes",
     "checkpoint_write_time_s",
+    "NODE_CHECKPOINT_WRITE_BYTES_PER_S",
+    "FS_WRITE_CAP_BYTES_PER_S",
+    "checkpoint_write_bandwidth",
     "young_interval_s",
     "daly_interval_s",
     "goodput_fraction",
@@ -72,6 +75,34 @@ DEFAULT_GPU_FAILURE_RATE_PER_S = _LLAMA3_UNEXPECTED_INTERRUPTIONS / (_LLAMA3_GPU
 # Rajbhandari et al., arXiv 1910.02054 sec. 3.1 ("2Psi + 2Psi + 12Psi" = 16 B/param
 # including 2 B of fp16 gradients). Gradients are not checkpointed, leaving 14 B/param.
 CHECKPOINT_BYTES_PER_PARAM = 2.0 + 12.0
+
+# --- Checkpoint write bandwidth, scaled with the job ---------------------------------------
+# A checkpoint is written by every node of the job at once into a shared parallel file
+# system, so its bandwidth grows with the nodes until the file system's aggregate caps it.
+# * Per node: NVIDIA's DGX SuperPOD reference architecture (DGX H100, RA-11333-001 V11,
+#   2023-09-22, "Storage Architecture", Table 6 "Guidelines for storage performance") asks
+#   of the high-performance storage, at its "Best" level, 62 GB/s aggregate write for one
+#   scalable unit (SU) of 32 DGX nodes and 250 GB/s for 4 SUs (127-128 nodes): 1.94 GB/s
+#   per node when all nodes write together (62 / 32 = 1.94; 250 / 128 = 1.95). The same
+#   table's single-node write, 20 GB/s, is what one node gets alone; a whole job shares.
+#   (Its "Good" and "Better" levels are 7 and 20 GB/s per SU: 0.22 and 0.63 GB/s per node.)
+# * Cap: Meta's Tectonic file system that held Llama 3's checkpoints sustains 2 TB/s
+#   (7 TB/s peak) over 7,500 SSD servers (Llama 3 paper, arXiv 2407.21783 sec. 3.3.1), the
+#   largest published training file system; at 1.94 GB/s per node it is reached at ~1,030
+#   nodes (8,250 GPUs), so a 16K-GPU job gets Meta's figure.
+# Pass your own figure (``--ckpt-write-gbs``) when you know it: asynchronous or
+# local-NVMe checkpointing (DGX nodes carry 8 x 3.84 TB U.2 NVMe) stalls training far less.
+NODE_CHECKPOINT_WRITE_BYTES_PER_S = 62e9 / 32
+FS_WRITE_CAP_BYTES_PER_S = 2e12
+
+
+def checkpoint_write_bandwidth(n_nodes: int) -> float:
+    """Default aggregate checkpoint write bandwidth of a job on ``n_nodes`` nodes, bytes/s:
+    ``min(n_nodes * 1.94 GB/s, 2 TB/s)`` (DGX SuperPOD storage guideline per node, Tectonic cap)."""
+    if isinstance(n_nodes, bool) or not isinstance(n_nodes, int) or n_nodes < 1:
+        raise InputError("n_nodes", n_nodes, "an integer >= 1")
+    return min(n_nodes * NODE_CHECKPOINT_WRITE_BYTES_PER_S, FS_WRITE_CAP_BYTES_PER_S)
+
 
 GOODPUT_MODELS = ("daly", "first_order")
 GoodputModel = Literal["daly", "first_order"]
@@ -211,6 +242,8 @@ class GoodputResult:
     goodput_fraction: float
     compute_time_s: float | None  # failure-free time to train n_tokens
     wall_time_s: float | None  # expected wall-clock time to train n_tokens
+    write_bandwidth_bytes_per_s: float = 0.0  # the aggregate checkpoint write bandwidth used
+    write_bandwidth_source: str = ""  # where that figure came from, in words
 
 
 def plan_checkpointing(
@@ -225,6 +258,7 @@ def plan_checkpointing(
     bytes_per_param: float = CHECKPOINT_BYTES_PER_PARAM,
     interval_s: float | None = None,
     model: GoodputModel = "daly",
+    write_bandwidth_source: str = "",
 ) -> GoodputResult:
     """MTBF, checkpoint cost, Young and Daly intervals and goodput for one job.
 
@@ -266,4 +300,6 @@ def plan_checkpointing(
         goodput_fraction=g,
         compute_time_s=compute_s,
         wall_time_s=wall_s,
+        write_bandwidth_bytes_per_s=float(write_bandwidth_bytes_per_s),
+        write_bandwidth_source=write_bandwidth_source,
     )

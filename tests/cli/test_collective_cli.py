@@ -89,3 +89,16 @@ def test_parse_size():
         parse_size("1.5B")
     assert parse_sweep("8:1GiB") == (8, 2**30)
     assert sweep_sizes(8, 64) == [8, 16, 32, 64]
+
+
+def test_default_cluster_like_plan(capsys):
+    """No --gpu/--gpus: the default cluster every command shares (64 H100 in 8 nodes)."""
+    from planner.cli.common import DEFAULTS
+
+    code, out, err = run(capsys, "allreduce", "--size", "1GiB", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert (d["gpu"], d["gpus"], d["nodes"]) == (DEFAULTS["gpu"], DEFAULTS["gpus"], 8)
+    code, out, err = run(capsys, "allreduce", "--size", "1GiB", "--gpus", "8")
+    assert code == 0, err
+    assert "(1 node;" in out and "1.00 GiB" in out and " ms" in out

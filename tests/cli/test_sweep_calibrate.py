@@ -75,8 +75,40 @@ def test_goodput_cli_matches_young_daly_closed_forms(capsys):
                        "--ckpt-write-gbs", str(14e9 / 300 / 1e9), "--restart-s", "600", "--json")
     assert code == 0
     assert json.loads(out)["daly_interval_s"] / 60 == pytest.approx(116.69, abs=0.01)
-    assert run(capsys, "goodput", "--params", "405B")[0] == 2  # no --gpus
     assert run(capsys, "goodput", "--params", "lots", "--gpus", "8")[0] == 2
+    assert run(capsys, "goodput", "--params", "405B", "--model", "llama3.1-8b")[0] == 2  # one or the other
+
+
+def test_goodput_runs_on_the_default_cluster_like_plan(capsys):
+    """`planner goodput` alone: the default cluster of `planner plan` (DEFAULTS), its best plan's throughput."""
+    from planner.cli.common import DEFAULTS
+
+    code, out, err = run(capsys, "goodput", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["n_gpus"] == DEFAULTS["gpus"] and d["n_params"] == pytest.approx(70.55e9, rel=1e-3)
+    assert d["tokens_per_s"] > 0 and d["n_tokens"] == pytest.approx(20 * d["n_params"])
+    code, out, err = run(capsys, "goodput")
+    assert code == 0, err
+    assert out.startswith("70.6B parameters on 64 GPUs (Llama 3.1 70B)")
+    assert "8 nodes x 1.94 GB/s" in out and "--ckpt-write-gbs" in out
+
+
+def test_checkpoint_bandwidth_scales_with_the_job(capsys):
+    """128 GPUs are 16 nodes writing at 1.94 GB/s each (DGX SuperPOD 'Best' guideline, 62 GB/s per
+    32-node SU), not the 2 TB/s of Meta's 16K-GPU Tectonic; 16K GPUs reach that cap."""
+    code, out, _ = run(capsys, "goodput", "--params", "70B", "--gpus", "128", "--tokens-per-s", "1e5", "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["write_bandwidth_bytes_per_s"] == pytest.approx(16 * 62e9 / 32)
+    assert d["checkpoint_s"] == pytest.approx(70e9 * 14 / (16 * 62e9 / 32))  # ~31.6 s, not 0.49 s
+    assert d["checkpoint_s"] > 30
+    code, out, _ = run(capsys, "goodput", "--params", "405B", "--gpus", "16384", "--tokens-per-s", "2.5e6", "--json")
+    assert json.loads(out)["write_bandwidth_bytes_per_s"] == pytest.approx(2e12)
+    code, out, _ = run(capsys, "goodput", "--params", "70B", "--gpus", "128", "--tokens-per-s", "1e5",
+                       "--ckpt-write-gbs", "100", "--json")
+    d = json.loads(out)
+    assert d["write_bandwidth_bytes_per_s"] == 100e9 and d["write_bandwidth_source"] == "--ckpt-write-gbs"
 
 
 def test_plan_objective_goodput_and_tokens(capsys):

@@ -152,3 +152,15 @@ def test_checkpoint_helpers():
 def test_bad_input_raises(call):
     with pytest.raises(InputError):
         call()
+
+
+def test_default_write_bandwidth_is_per_node_times_nodes_capped():
+    from planner.studies.goodput import FS_WRITE_CAP_BYTES_PER_S, NODE_CHECKPOINT_WRITE_BYTES_PER_S, checkpoint_write_bandwidth
+
+    assert NODE_CHECKPOINT_WRITE_BYTES_PER_S == pytest.approx(1.9375e9)  # 62 GB/s per 32-node SU
+    assert checkpoint_write_bandwidth(1) == NODE_CHECKPOINT_WRITE_BYTES_PER_S
+    assert checkpoint_write_bandwidth(16) == pytest.approx(31e9)
+    assert checkpoint_write_bandwidth(128) == pytest.approx(248e9)  # the RA's 4-SU figure: 250 GB/s
+    assert checkpoint_write_bandwidth(2048) == FS_WRITE_CAP_BYTES_PER_S == 2e12
+    with pytest.raises(InputError):
+        checkpoint_write_bandwidth(0)
