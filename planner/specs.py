@@ -400,11 +400,12 @@ class ParallelConfig:
     async_tp_allreduce: bool | None = None  # backward TP all-reduce overlapped with the weight-gradient GEMM
     overlap_param_gather: bool | None = None  # ZeRO 1/2 weight all-gather overlapped with the next forward
     attention: str | None = None  # flash | unfused
+    etp: int | None = None  # expert tensor parallelism (Megatron --expert-tensor-parallel-size); None: tp, or 1 where ep spans tp
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "cp", "ep", "micro_batch_size"):
             _positive_int(f"parallel.{f}", getattr(self, f))
-        for f in ("dp", "vpp", "zero_shard_degree"):
+        for f in ("dp", "vpp", "zero_shard_degree", "etp"):
             if getattr(self, f) is not None:
                 _positive_int(f"parallel.{f}", getattr(self, f))
         if self.recompute is not None:
@@ -458,7 +459,7 @@ class ParallelConfig:
             "recompute": self.recompute, "sequence_parallel": self.sequence_parallel,
             "zero": self.zero, "schedule": self.schedule, "tp_comm_overlap": self.tp_comm_overlap, "async_tp_allreduce": self.async_tp_allreduce,
             "overlap_grad_reduce": self.overlap_grad_reduce, "overlap_param_gather": self.overlap_param_gather,
-            "attention": self.attention,
+            "attention": self.attention, "etp": self.etp,
             "layers_per_stage": list(self.layers_per_stage) if self.layers_per_stage else None,
             "zero_shard_degree": self.zero_shard_degree,
         }
@@ -475,4 +476,4 @@ class ParallelConfig:
 
 # Fields whose None means "the engine's default" (planner.engines.resolve).
 ENGINE_FIELDS = ("vpp", "recompute", "sequence_parallel", "zero", "schedule", "overlap_grad_reduce", "tp_comm_overlap",
-                 "async_tp_allreduce", "overlap_param_gather", "attention")
+                 "async_tp_allreduce", "overlap_param_gather", "attention", "etp")

@@ -93,7 +93,7 @@ def _check_plan(model, cluster, job, p) -> None:
     assert len(est.layers_per_stage) == par.pp
     assert sum(est.layers_per_stage) == model.layers
     if par.ep > 1:
-        assert model.moe is not None and model.moe.experts % par.ep == 0 and (par.dp * par.cp) % par.ep == 0
+        assert model.moe is not None and model.moe.experts % par.ep == 0 and (par.tp * par.dp * par.cp) % (par.ep * par.etp) == 0
     assert est.memory_peak_bytes <= cluster.gpu.memory_bytes
     for value in (est.step_time_s, est.tokens_per_s, est.memory_peak_bytes, est.mfu, est.tflops_per_gpu):
         assert math.isfinite(value) and value > 0

@@ -61,17 +61,20 @@ def _collective_time(op: str, nbytes: float, k: int, m: int, intra: Level, inter
 
 
 def group_links(cluster: ClusterSpec, par: ParallelConfig) -> dict[str, GroupLinks]:
-    return _group_links(cluster, par.tp, par.cp, par.dp, par.pp, par.ep)
+    return _group_links(cluster, par.tp, par.cp, par.dp, par.pp, par.ep, par.etp or par.tp)
 
 
 @lru_cache(maxsize=65536)
-def _group_links(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int, ep: int) -> dict[str, GroupLinks]:
+def _group_links(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int, ep: int, etp: int) -> dict[str, GroupLinks]:
     intra, inter = cluster_levels(cluster)
     dom = cluster.nvlink_domain
     strides = {
         "tp": (tp, 1),
         "cp": (cp, tp),
-        "ep": (ep, tp * cp),
+        # Megatron-core's expert grid (parallel_state, order etp-ep-edp-pp): the expert-parallel
+        # group strides by the expert tensor degree, the expert data-parallel group by etp x ep.
+        "ep": (ep, etp),
+        "edp": (max(1, tp * cp * dp // (ep * etp)), etp * ep),
         "dp": (dp, tp * cp),
         "dp_cp": (dp * cp, tp),
         "pp": (pp, tp * cp * dp),

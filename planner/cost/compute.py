@@ -31,7 +31,7 @@ from planner.specs import GpuSpec, ModelSpec
 __all__ = [
     "supports_flash",
     "LayerTimes", "gemm_time", "layer_times", "logits_times", "gpu_generation", "shape_half_dim",
-    "attention_efficiency", "moe_load_factor", "fp8_quant_time",
+    "attention_efficiency", "moe_load_factor", "fp8_quant_time", "layer_kernels",
 ]
 
 ACT_BYTES = 2  # bf16/fp16 activations
@@ -178,6 +178,7 @@ def layer_times(
     ep: int = 1,
     *,
     C: Constants,
+    etp: int | None = None,
 ) -> LayerTimes:
     """Compute time of one dense (or MoE) layer for one micro-batch on one GPU.
 
@@ -185,7 +186,10 @@ def layer_times(
     the FP8 peak and ceiling, with the FP8 shape penalty (d_half scales with FP8 TFLOP/s per SM,
     twice BF16's on Hopper: kernel_throughput.md sec. 5.4) plus cast-transpose kernels; the
     attention core, router and output layer stay BF16 (Transformer Engine recipe).
-    Expert tensor parallelism = tp (Megatron-core's default ``expert_tensor_parallel_size``).
+    ``etp``: expert tensor parallelism (Megatron-core ``--expert-tensor-parallel-size``; None = tp,
+    its default). With etp < tp the expert-parallel group spans the tensor-parallel ranks: each
+    rank routes its own 1/tp of the sequence-parallel tokens and runs unsharded (or etp-sharded)
+    experts (Megatron-core ``MoELayer`` with ``expert_tensor_parallel_size=1``).
     """
     h = model.hidden
     s_local = seq_len / cp
@@ -199,20 +203,30 @@ def layer_times(
         # Routed experts: each GPU runs experts/ep experts on tokens*top_k*ep/experts tokens
         # each after the all-to-all, times the busiest rank's load factor; shared experts run
         # on every token.
+        et = tp if etp is None else etp
         local_experts = max(1, moe.experts // ep)
-        fe = tokens * moe.top_k * ep / moe.experts * moe_load_factor(model, ep, C)
+        fe = tokens * moe.top_k * ep / moe.experts * moe_load_factor(model, ep, C) * et / tp
         f_e = moe.expert_ffn_hidden
-        up_n = f_e * (mlp_matrices(model) - 1) / tp
+        up_n = f_e * (mlp_matrices(model) - 1) / et
         up = gemm_time(fe, up_n, h, gpu, precision, C, local_experts)
         up_b = gemm_time(fe, h, up_n, gpu, precision, C, local_experts) + gemm_time(h, up_n, fe, gpu, precision, C, local_experts)
-        down = gemm_time(fe, h, f_e / tp, gpu, precision, C, local_experts)
-        down_b = gemm_time(fe, f_e / tp, h, gpu, precision, C, local_experts) + gemm_time(f_e / tp, h, fe, gpu, precision, C, local_experts)
-        moe_f, moe_b = up + down, up_b + down_b
+        down = gemm_time(fe, h, f_e / et, gpu, precision, C, local_experts)
+        down_b = gemm_time(fe, f_e / et, h, gpu, precision, C, local_experts) + gemm_time(f_e / et, h, fe, gpu, precision, C, local_experts)
+        # TE GroupedLinear (Megatron-core TEGroupedMLP) issues one cuBLAS GEMM per local expert,
+        # each paying the launch floor (gemm_time charged one per batched call).
+        launches = (local_experts - 1) * C.GEMM_KERNEL_OVERHEAD_S
+        # Token permutation into expert order and back (Megatron-core moe_utils permute /
+        # unpermute): read T h and write T k h, and the reverse, in forward; twice in backward.
+        routed = tokens * et / tp
+        perm = 2 * ACT_BYTES * (routed * h + routed * moe.top_k * moe_load_factor(model, ep, C) * h)
+        moe_f = up + down + 2 * launches + _stream_time(perm, gpu, 4, C)
+        moe_b = up_b + down_b + 4 * launches + _stream_time(2 * perm, gpu, 4, C)
         if precision == "fp8":
-            q_fwd, q_bwd = fp8_quant_time([(fe, up_n, h), (fe, h, f_e / tp)], gpu, C, local_experts)
+            q_fwd, q_bwd = fp8_quant_time([(fe, up_n, h), (fe, h, f_e / et)], gpu, C, local_experts)
         if moe.shared_experts:
             gemms += [(tokens, f_e * moe.shared_experts * (mlp_matrices(model) - 1) / tp, h), (tokens, h, f_e * moe.shared_experts / tp)]
         extra16.append((tokens, moe.experts, h))  # router (kept in 16-bit/fp32)
+        # routed activations per local token: k copies of f_e / etp on et / tp of the tokens
         ffn_local = f_e * (moe.top_k * moe_load_factor(model, ep, C) + moe.shared_experts) / tp
     else:
         f = model.ffn_hidden
@@ -278,3 +292,26 @@ def logits_times(model: ModelSpec, gpu: GpuSpec, precision: str, micro_batch: in
     f, b = _gemm_fwd_bwd(tokens, model.vocab / tp, model.hidden, gpu, prec, C)
     elems = tokens * model.vocab / tp
     return f + _stream_time(elems * 6, gpu, 3, C), b + _stream_time(elems * 8, gpu, 3, C)
+
+
+def layer_kernels(model: ModelSpec, tp: int, sequence_parallel: bool, flash: bool, moe_layer: bool, ep: int) -> tuple[int, int]:
+    """(forward, backward) kernels one layer launches per micro-batch, as :func:`layer_times`
+    prices them: the GEMMs (backward: data and weight gradient), the attention core (flash 1
+    forward, 3 backward: preprocess, main, dq conversion; unfused 4 / 6), 8 / 12 elementwise
+    kernels, and 2 / 2 tensor-parallel collectives (4 / 4 with sequence parallelism). An MoE
+    layer adds the router, top-k/softmax/auxiliary loss, permute and unpermute, the two
+    all-to-alls and one GEMM per local expert. The host time to issue them is what bounds small
+    layers (:func:`planner.cost.stages.layer_costs`)."""
+    g = len(_attention_gemms(model, 1.0, tp)) + 2
+    f = g + (1 if flash else 4) + 8
+    b = 2 * g + (3 if flash else 6) + 12
+    if tp > 1:
+        c = 4 if sequence_parallel else 2
+        f, b = f + c, b + c
+    if model.moe is not None and moe_layer:
+        le = max(1, model.moe.experts // ep)
+        f += 2 * (le - 1) + 1 + 4 + 6 + 2 + 3 - 2
+        b += 4 * (le - 1) + 2 + 4 + 6 + 2 + 6 - 4
+        if model.moe.shared_experts:
+            f, b = f + 2, b + 4
+    return f, b

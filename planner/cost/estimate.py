@@ -93,7 +93,7 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig,
     for i, key in enumerate(keys):
         mk = (key, stage_t[i])
         if mk not in memo:
-            sp_i = M.stage_params(model, lps[i], i, pp, tp, par.ep, n_dense=dcounts[i])
+            sp_i = M.stage_params(model, lps[i], i, pp, tp, par.ep, n_dense=dcounts[i], etp=par.etp)
             memo[mk] = (sp_i, stage_sync(cluster, job, par, sp_i, lps[i], stage_t[i], m, raw["bwd_dense_s"], raw["fwd_dense_s"], C, eng))
         stage_params.append(memo[mk][0])
         syncs.append(memo[mk][1])

@@ -143,17 +143,19 @@ def inflight_microbatches(stage: int, pp: int, vpp: int, num_microbatches: int) 
     return min(chunks, num_microbatches * vpp) / vpp
 
 
-def stage_params(model: ModelSpec, layers: int, stage: int, pp: int, tp: int, ep: int, n_dense: int) -> dict[str, float]:
+def stage_params(model: ModelSpec, layers: int, stage: int, pp: int, tp: int, ep: int, n_dense: int,
+                 etp: int | None = None) -> dict[str, float]:
     """Parameters one GPU of pipeline stage ``stage`` holds (tensor/expert shards).
 
     Layers are placed in order and the first ``model.dense_layers`` are dense
-    (DeepSeek-V3 layout); ``n_dense`` is how many of this stage's layers are dense.
+    (DeepSeek-V3 layout); ``n_dense`` is how many of this stage's layers are dense. Routed
+    experts are sharded over ep x etp (expert tensor parallelism, default tp).
     """
     lp_d = layer_params(model, moe_layer=False)
     lp_m = layer_params(model, moe_layer=True) if model.moe else lp_d
     n_moe = layers - n_dense
     shard = lambda lp: lp["attention"] / tp + lp["mlp"] / tp + lp["norms"] + lp["router"]  # noqa: E731
-    out = {"layers": n_dense * shard(lp_d) + n_moe * shard(lp_m), "experts": n_moe * lp_m["experts"] / (tp * ep)}
+    out = {"layers": n_dense * shard(lp_d) + n_moe * shard(lp_m), "experts": n_moe * lp_m["experts"] / ((etp or tp) * ep)}
     emb = embedding_params(model)
     out["embedding"] = emb["embedding"] / tp if stage == 0 else 0.0
     if stage == pp - 1:

@@ -50,6 +50,10 @@ def check_parallel(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parall
     if par.ep > 1:
         if model.moe is None:
             raise InputError("parallel.ep", par.ep, "1 for a dense model")
-        if model.moe.experts % par.ep or (par.dp * par.cp) % par.ep:
-            raise InputError("parallel.ep", par.ep, f"a divisor of the experts ({model.moe.experts}) and of dp*cp ({par.dp * par.cp})")
+        if model.moe.experts % par.ep:
+            raise InputError("parallel.ep", par.ep, f"a divisor of the experts ({model.moe.experts})")
+        if (par.tp * par.dp * par.cp) % (par.ep * par.etp):
+            raise InputError("parallel.ep", par.ep, f"ep x etp ({par.ep}x{par.etp}) dividing tp*dp*cp ({par.tp * par.dp * par.cp}): the expert grid tiles the world")
+    if par.tp % par.etp:
+        raise InputError("parallel.etp", par.etp, f"a divisor of tp ({par.tp})")
     check_engine(model, job, par, engine, lps)

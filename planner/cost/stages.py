@@ -24,9 +24,13 @@ __all__ = ["layer_costs", "stage_time_parts", "dense_in", "dense_counts", "stage
            "embedding_sync_time", "StageSync"]
 
 
-def _per_rank_links(g: GroupLinks) -> GroupLinks:
-    """The same group with one rank per domain: each rank drives only its own NIC share."""
-    return GroupLinks(g.size, 1, g.size, g.intra, g.inter) if g.m > 1 else g
+def _per_rank_links(g: GroupLinks, cluster: ClusterSpec) -> GroupLinks:
+    """The same group with one rank per domain: each rank drives only its own NIC share. Where
+    the scale-up domain is larger than a host (GB200 NVL72: 72 GPUs over 18 trays), the group's
+    ranks in one domain talk over NVLink, so it keeps both levels."""
+    if g.m > 1 and not (g.k > 1 and cluster.nvlink_domain > cluster.gpus_per_node):
+        return GroupLinks(g.size, 1, g.size, g.intra, g.inter)
+    return g
 
 
 def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, C: Constants) -> tuple:
@@ -35,20 +39,21 @@ def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelC
 
     Cached on the fields that matter (not ZeRO or the layer split), so the search reuses it."""
     key = (par.tp, par.pp, par.dp, par.cp, par.ep, par.vpp, par.micro_batch_size, par.recompute,
-           bool(par.sequence_parallel and par.tp > 1), bool(par.tp_comm_overlap), bool(par.async_tp_allreduce), par.attention == "flash")
+           bool(par.sequence_parallel and par.tp > 1), bool(par.tp_comm_overlap), bool(par.async_tp_allreduce), par.attention == "flash",
+           par.etp or par.tp)
     return _layer_costs(model, cluster, job, key, C)
 
 
 @lru_cache(maxsize=65536)
 def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C: Constants) -> tuple:
-    tp, pp, dp, cp, ep, v, mb, rec, sp, tpo, asy, flash = key
+    tp, pp, dp, cp, ep, v, mb, rec, sp, tpo, asy, flash, etp = key
     gpu = cluster.gpu
     prec = job.precision
     s = job.seq_len
-    links = group_links(cluster, ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep))
+    links = group_links(cluster, ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp))
     has_moe = model.moe is not None and model.moe_layers > 0
     lt_d = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, False, ep, C=C)
-    lt_m = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, True, ep, C=C) if has_moe else lt_d
+    lt_m = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, True, ep, C=C, etp=etp) if has_moe else lt_d
     act_bytes = mb * s / cp * model.hidden * 2  # one b*s*h activation in 16-bit
     t_tp = tp_allreduce_time(links["tp"], act_bytes, sp)
     tp_fwd = 2 * t_tp
@@ -69,7 +74,8 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
     # overlapped with the attention of the resident blocks (comm.cp_ring_exposed)
     cp_fwd, cp_bwd = cp_ring_exposed(links["cp"], kv_chunk, lt_d.fwd_attn_s, lt_d.bwd_attn_s)
     # two all-to-all (dispatch, combine) per MoE layer and pass; not overlapped under 1F1B
-    ep_bytes = moe_dispatch_bytes(mb * s / cp, model.hidden, model.moe.top_k, moe_load_factor(model, ep, C)) if has_moe else 0.0
+    # with etp < tp each rank dispatches its own sequence-parallel share of the tokens
+    ep_bytes = moe_dispatch_bytes(mb * s / cp * etp / tp, model.hidden, model.moe.top_k, moe_load_factor(model, ep, C)) if has_moe else 0.0
     t_a2a = alltoall_time(links["ep"], ep_bytes) if has_moe else 0.0
     full = rec == "full"
 
@@ -127,7 +133,7 @@ def stage_memory(model: ModelSpec, job: Job, par: ParallelConfig, stage: int, n:
     has_moe = model.moe is not None and model.moe_layers > 0
     shard = par.zero_shard_degree or par.dp * par.cp
     bpp = M.bytes_per_param(job.precision, par.zero, shard, job.grad_reduce, C)
-    bpp_e = M.bytes_per_param(job.precision, par.zero, max(1, shard // par.ep), job.grad_reduce, C)
+    bpp_e = M.bytes_per_param(job.precision, par.zero, max(1, shard * par.tp // (par.ep * (par.etp or par.tp))), job.grad_reduce, C)
     load = moe_load_factor(model, par.ep, C)
     a_layer = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, par.recompute, flash, has_moe, job.precision, load, C=C)
     a_full = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, "none", flash, has_moe, job.precision, load, C=C) if par.recompute == "full" else 0.0
@@ -200,15 +206,14 @@ def stage_sync(cluster: ClusterSpec, job: Job, par: ParallelConfig, params: dict
     gather_once = mode.param_gather == "step" and par.zero >= 1
     groups = [(links["dp_cp"], dense_p)]
     if exp_p:
-        exp_dp = max(1, par.dp * par.cp // par.ep)
-        groups.append((group_links(cluster, ParallelConfig(tp=par.tp, cp=1, dp=exp_dp, pp=1))["dp"], exp_p))
+        groups.append((links["edp"], exp_p))  # experts reduce over the expert data-parallel group
     red = sum(g.time(reduce_op, p * grad_b) for g, p in groups)
     gat = sum(g.time("allgather", p * 2) for g, p in groups) if gather_once else 0.0
     bwd_w, fwd_w = n * bwd_layer_s, n * fwd_layer_s
     ogr = bool(par.overlap_grad_reduce)
     if mode.param_gather == "layer":
         gathers = (3 if par.recompute == "full" else 2) if mode.reshard_after_forward else 1
-        z3 = _per_rank_links(links["dp_cp"])
+        z3 = _per_rank_links(links["dp_cp"], cluster)
         layer_p = (dense_p + exp_p) / max(1, n)
         t_g = z3.time("allgather", layer_p * 2)
         t_rs = z3.time("reducescatter", layer_p * grad_b)

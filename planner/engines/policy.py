@@ -23,7 +23,7 @@ from planner.engines.profile import Engine
 from planner.errors import InputError
 from planner.specs import ENGINE_FIELDS, ClusterSpec, GpuSpec, Job, ModelSpec, ParallelConfig
 
-__all__ = ["supports_flash", "resolve", "engine_flags", "check_engine", "default_split", "interleaving_ok"]
+__all__ = ["supports_flash", "resolve", "engine_flags", "check_engine", "default_split", "interleaving_ok", "least_layers", "default_etp"]
 
 
 def supports_flash(gpu: GpuSpec) -> bool:
@@ -61,13 +61,23 @@ def default_split(model: ModelSpec, pp: int, vpp: int, engine: Engine) -> tuple[
     return _even(L, pp)
 
 
+def least_layers(stage: int, pp: int, vpp: int, engine: Engine) -> int:
+    """The fewest transformer layers stage ``stage`` may hold with ``vpp`` chunks: one a chunk;
+    where the engine counts the embedding and the loss in the split, the first and the last
+    rank's outer chunk may hold only the embedding / only the loss (Megatron's layout allows
+    empty transformer stages: transformer_block.get_num_layers_to_build)."""
+    if vpp > 1 and engine.uneven_interleaving and engine.embedding_in_split and stage in (0, pp - 1):
+        return vpp - 1
+    return vpp
+
+
 def interleaving_ok(lps: tuple[int, ...], vpp: int, engine: Engine) -> bool:
-    """Every stage can hold ``vpp`` model chunks: at least one layer each, and equal chunks unless
-    the engine takes uneven ones (a pipeline layout)."""
+    """Every stage can hold ``vpp`` model chunks (:func:`least_layers` each), and equal chunks
+    unless the engine takes uneven ones (a pipeline layout)."""
     if vpp <= 1:
         return True
     if engine.uneven_interleaving:
-        return min(lps) >= vpp
+        return all(n >= least_layers(i, len(lps), vpp, engine) for i, n in enumerate(lps))
     return all(n % vpp == 0 and n >= vpp for n in lps)
 
 
@@ -85,6 +95,13 @@ def engine_flags(engine: Engine, gpu: GpuSpec, tp: int, zero: int, given: dict |
     gathers_once = zero >= 1 and zero in engine.zero_stages and engine.mode(zero, pp).param_gather == "step"
     out["overlap_param_gather"] = g.get("overlap_param_gather", bool(engine.overlap_param_gather and gathers_once and out["overlap_grad_reduce"]))
     return out
+
+
+def default_etp(tp: int, dp: int, cp: int, ep: int) -> int:
+    """Expert tensor parallelism: Megatron-core's default is tp; an expert-parallel group larger
+    than dp x cp is only possible with ``--expert-tensor-parallel-size 1`` (the expert grid
+    etp x ep x edp x pp tiles the world: megatron/core/parallel_state.py)."""
+    return tp if (dp * cp) % ep == 0 else 1
 
 
 def resolve(par: ParallelConfig, model: ModelSpec, cluster: ClusterSpec, job: Job, engine: Engine) -> tuple[ParallelConfig, tuple[str, ...]]:
@@ -120,6 +137,8 @@ def resolve(par: ParallelConfig, model: ModelSpec, cluster: ClusterSpec, job: Jo
         if par.pp > 1 and zero > engine.max_zero_with_pp:
             zero = engine.max_zero_with_pp
         ch["zero"] = zero
+    if par.etp is None:
+        ch["etp"] = default_etp(par.tp, ch.get("dp", par.dp), par.cp, par.ep)
     flags = engine_flags(engine, cluster.gpu, par.tp, zero, {k: getattr(par, k) for k in _FLAG_FIELDS}, par.pp)
     ch.update({k: v for k, v in flags.items() if getattr(par, k) is None})
     out = replace(par, **ch) if ch else par

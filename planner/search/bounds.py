@@ -55,10 +55,10 @@ def per_layer_time(model: ModelSpec, cluster: ClusterSpec, job: Job, lk: tuple, 
     """(mean, least) seconds of one layer and micro-batch on one GPU over the model's layer
     kinds (dense, MoE): compute, recompute and the exposed tensor/context/expert-parallel
     traffic (no pipeline send/recv). ``lk`` = (tp, cp, ep, mb, recompute, sp, tp_comm_overlap,
-    async_tp_allreduce, attention)."""
-    tp, cp, ep, mb, rec, sp, tpo, asy, attn = lk
+    async_tp_allreduce, attention, etp)."""
+    tp, cp, ep, mb, rec, sp, tpo, asy, attn, etp = lk
     par = ParallelConfig(tp=tp, cp=cp, ep=ep, dp=max(ep, 1), vpp=1, micro_batch_size=mb, recompute=rec, sequence_parallel=sp,
-                         tp_comm_overlap=tpo, async_tp_allreduce=asy, attention=attn)
+                         tp_comm_overlap=tpo, async_tp_allreduce=asy, attention=attn, etp=etp)
     costs = layer_costs(model, cluster, job, par, C)
     # Every split holds all layers, so the mean over the real mix of dense and MoE layers is
     # what the bound on sum(t_i) needs.

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from planner.cost.constants import DEFAULT_CONSTANTS, Constants
 from planner.cost.estimate import Estimate, price
 from planner.cost.rules import check_precision
-from planner.engines import default_split, engine_flags, get_engine
+from planner.engines import default_etp, default_split, engine_flags, get_engine
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
 from planner.search.bounds import SPLIT_MIN_GAIN, p2p_per_stage, per_layer_time, split_may_help, states_bound_fn, step_lower_bound  # noqa: F401
 from planner.search.milp import SolveStats
@@ -244,7 +244,8 @@ def plan(
         if fk not in flag_cache:
             flag_cache[fk] = engine_flags(eng, cluster.gpu, tp, z, given, pp)
         f = flag_cache[fk]
-        lk = (tp, cp, ep, mb, rec, f["sequence_parallel"], f["tp_comm_overlap"], f["async_tp_allreduce"], f["attention"])
+        etp = fixed.get("etp") or default_etp(tp, dp, cp, ep)
+        lk = (tp, cp, ep, mb, rec, f["sequence_parallel"], f["tp_comm_overlap"], f["async_tp_allreduce"], f["attention"], etp)
         if lk not in per_layer_cache:
             per_layer_cache[lk] = per_layer_time(model, cluster, job, lk, C)
         m = job.global_batch_size // (mb * dp)
@@ -265,6 +266,8 @@ def plan(
             raise _timed_out(limit, found, len(pool), evaluated, t0, eng.name, stats, "ranking", top_k)
         tp, pp, dp, cp, ep, v, mb, rec, z = t
         par = to_parallel(t, fixed).replace(**flag_cache[(tp, z, pp > 1)])
+        if par.etp is None:
+            par = par.replace(etp=default_etp(tp, dp, cp, ep))
         par = par.replace(schedule=par.schedule or ("interleaved" if v > 1 else eng.default_schedule))
         evaluated += 1
         lps = lps_fixed or default_split(model, pp, v, eng)

@@ -116,7 +116,8 @@ def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: Sea
             mbs = [fx["micro_batch_size"]] if per_rank % fx["micro_batch_size"] == 0 else []
         eps = [1]
         if model.moe is not None and eng.expert_parallel:
-            eps = [e for e in divisors(model.moe.experts) if (dp * cp) % e == 0]
+            # ep | dp x cp (expert tensor parallelism = tp), or ep | tp x dp x cp with etp = 1
+            eps = [e for e in divisors(model.moe.experts) if (tp * dp * cp) % e == 0]
         eps = _pick(fx, "ep", eps)
         zeros = _pick(fx, "zero", [z for z in zeros_all if pp == 1 or eng.mode(z).with_pp])
         if pp == 1:

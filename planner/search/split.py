@@ -34,7 +34,7 @@ from planner.cost import memory as M
 from planner.cost.constants import Constants
 from planner.cost.stages import dense_in, layer_costs, overlap_exposed, stage_memory, stage_sync, stage_time_parts
 from planner.cost.step import pipeline_coefficients, sync_branches
-from planner.engines import Engine
+from planner.engines import Engine, least_layers
 from planner.search.milp import INF, Program, SolveStats
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
@@ -74,7 +74,7 @@ def stage_affine(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parallel
             role = (0 if i == 0 else (2 if i == pp - 1 else 1), n, nd)
             if role not in memo:
                 t = sum(stage_time_parts(costs, n, nd, i == pp - 1).values())
-                params = M.stage_params(model, n, i, pp, par.tp, par.ep, n_dense=nd)
+                params = M.stage_params(model, n, i, pp, par.tp, par.ep, n_dense=nd, etp=par.etp)
                 memo[role] = (t, params, stage_sync(cluster, job, par, params, n, t, m, bwd, fwd, C, engine))
             t, params, sync = memo[role]
             mem = stage_memory(model, job, par, i, n, params, m, C, engine).total_bytes
@@ -115,12 +115,14 @@ def split_unit(v: int, engine: Engine) -> int:
     return 1 if engine.uneven_interleaving else v
 
 
-def chunk_bounds(aff: StageAffine, v: int, top: int, capacity: float, least: int = 1) -> list[tuple[int, int]] | None:
-    """Per stage, the fewest and most units of v layers (at least ``least``, at most ``top``)
-    its memory row ``a v k + b <= capacity`` allows; None when some stage allows none."""
+def chunk_bounds(aff: StageAffine, v: int, top: int, capacity: float, least: int | list[int] = 1) -> list[tuple[int, int]] | None:
+    """Per stage, the fewest and most units of v layers (at least ``least``, one value or one per
+    stage, at most ``top``) its memory row ``a v k + b <= capacity`` allows; None when some stage
+    allows none."""
     bounds = []
-    for a, b in aff.mem:
-        lo, hi = least, top
+    leasts = least if isinstance(least, list) else [least] * len(aff.mem)
+    for (a, b), lo in zip(aff.mem, leasts):
+        hi = top
         room = capacity - b  # a * v * k <= room
         if a > 0:
             hi = min(hi, math.floor(room / (a * v) * (1 + 1e-12)))
@@ -140,7 +142,8 @@ def _admits(kb: list[tuple[int, int]] | None, chunks: int) -> bool:
 
 
 def split_may_fit(aff: StageAffine, layers: int, v: int, capacity: float, unit: int | None = None) -> bool:
-    """Whether some split meets the memory limit of every stage (the program's memory rows alone)."""
+    """Whether some split of at least v layers a stage meets the memory limit of every stage
+    (the program's memory rows alone)."""
     u = v if unit is None else unit
     return _admits(chunk_bounds(aff, u, layers // u, capacity, -(-v // u)), layers // u)
 
@@ -170,10 +173,11 @@ def optimal_split(
     if pp == 1:
         return (L,)
     u = split_unit(v, engine)
-    if L % u or L < pp * v:
+    least = [-(-least_layers(i, pp, v, engine) // u) for i in range(pp)]
+    if L % u or L < u * sum(least):
         return None
     aff = aff or stage_affine(model, cluster, job, par, C, engine)
-    kb = chunk_bounds(aff, u, L // u, capacity_bytes, -(-v // u))
+    kb = chunk_bounds(aff, u, L // u, capacity_bytes, least)
     if not _admits(kb, L // u):
         if stats is not None:
             stats.ruled_out += 1
@@ -208,4 +212,4 @@ def optimal_split(
     if not sol.ok:
         return None
     split = tuple(int(round(sol.x[x])) * u for x in k)
-    return split if sum(split) == L and min(split) >= v else None
+    return split if sum(split) == L and all(n >= u * lo for n, lo in zip(split, least)) else None

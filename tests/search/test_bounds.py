@@ -13,7 +13,7 @@ import pytest
 
 from planner.cost.constants import DEFAULT_CONSTANTS as C
 from planner.cost.estimate import estimate
-from planner.engines import engine_flags, get_engine
+from planner.engines import default_etp, engine_flags, get_engine
 from planner.io.loaders import make_cluster
 from planner.search.bounds import p2p_per_stage, per_layer_time, step_lower_bound
 from planner.search.milp import INF, Program, highs_available
@@ -57,7 +57,8 @@ def test_step_lower_bound_never_exceeds_the_estimate(seed):
         par = to_parallel(t)
         f = engine_flags(eng, cluster.gpu, tp, z)
         p2p = p2p_per_stage(model, cluster, job, (tp, cp, dp, pp, mb, v), C) if pp > 1 else 0.0
-        lk = (tp, cp, ep, mb, rec, f["sequence_parallel"], f["tp_comm_overlap"], f["async_tp_allreduce"], f["attention"])
+        lk = (tp, cp, ep, mb, rec, f["sequence_parallel"], f["tp_comm_overlap"], f["async_tp_allreduce"], f["attention"],
+              default_etp(tp, dp, cp, ep))
         per_layer = per_layer_time(model, cluster, job, lk, C)
         lb = step_lower_bound(model.layers, pp, v, par.num_microbatches(job.global_batch_size), per_layer, p2p, C.STEP_OVERHEAD_S,
                               split_unit(v, eng))

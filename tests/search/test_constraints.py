@@ -85,7 +85,8 @@ def test_every_plan_satisfies_every_constraint(name):
         if par.pp > 1:
             assert eng.mode(par.zero).with_pp
         if par.ep > 1:
-            assert model.moe is not None and model.moe.experts % par.ep == 0 and (par.dp * par.cp) % par.ep == 0
+            assert model.moe is not None and model.moe.experts % par.ep == 0 and (par.tp * par.dp * par.cp) % (par.ep * par.etp) == 0
+            assert par.etp == (par.tp if (par.dp * par.cp) % par.ep == 0 else 1)
         assert par.micro_batch_size <= opts.max_micro_batch and par.vpp <= opts.max_vpp and par.cp <= opts.max_cp
         assert par.zero in opts.zero_stages and par.recompute in opts.recompute
         assert est.fits and est.memory_peak_bytes <= cluster.gpu.memory_bytes

@@ -25,7 +25,7 @@ import pytest
 
 from planner.cost.constants import DEFAULT_CONSTANTS as C
 from planner.cost.estimate import estimate
-from planner.engines import default_split, get_engine
+from planner.engines import default_split, get_engine, least_layers
 from planner.errors import NoFeasiblePlan
 from planner.io.loaders import load_gpu, make_cluster
 from planner.search.plan import SPLIT_MIN_GAIN, plan
@@ -48,15 +48,16 @@ UNIT = (lambda v: 1) if ENGINE.uneven_interleaving else (lambda v: v)
 
 
 def compositions(layers: int, pp: int, v: int):
-    """Every split of ``layers`` into ``pp`` parts of at least ``v`` layers, in units of UNIT(v)."""
+    """Every split of ``layers`` into ``pp`` parts the engine accepts with ``v`` chunks a stage
+    (planner.engines.least_layers), in units of UNIT(v)."""
     u = UNIT(v)
-    if layers % u or layers < pp * v:
+    if layers % u:
         return
     k = layers // u
     for cuts in itertools.combinations(range(1, k), pp - 1):
         bounds = (0, *cuts, k)
         parts = tuple(u * (b - a) for a, b in zip(bounds, bounds[1:]))
-        if min(parts) >= v:
+        if all(n >= least_layers(i, pp, v, ENGINE) for i, n in enumerate(parts)):
             yield parts
 
 
