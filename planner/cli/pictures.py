@@ -39,9 +39,13 @@ def _suffix(out: str, force: bool) -> str:
 
 
 @app.command("timeline")
-def timeline_cmd(plan: PlanArg, out: OutOpt, rank: RankOpt = 1, force: ForceOpt = False) -> None:
+def timeline_cmd(plan: PlanArg, out: OutOpt, rank: RankOpt = 1, force: ForceOpt = False,
+                 whole: Annotated[bool, typer.Option("--whole", help="Draw every micro-batch (no cut of the steady state).")] = False) -> None:
     """Draw the pipeline schedule of one plan: a row per stage, forward, backward, recompute,
     communication and idle time to scale; each row adds up to the predicted step time.
+    Interleaved chunks are shades of one colour (chunk 0 darkest). With more than 24
+    micro-batches the steady state is cut (warm-up, a few periods, a marked cut, the
+    cool-down); --whole draws it all.
 
     Examples:
       planner plan --pp 4 --vpp 2 --json > plan.json
@@ -54,7 +58,7 @@ def timeline_cmd(plan: PlanArg, out: OutOpt, rank: RankOpt = 1, force: ForceOpt 
     suffix = _suffix(out, force)
     ps = plan_schedule(plan_context(read_plan_document(plan), rank))
     s = ps.schedule
-    written = (write_svg if suffix == ".svg" else write_png)(s, out, force=force)
+    written = (write_svg if suffix == ".svg" else write_png)(s, out, force=force, summarise=False if whole else None)
     diff = 100 * (ps.pipeline_sim_s - ps.pipeline_model_s) / ps.pipeline_model_s
     console().print(f"wrote {written}: {s.kind} pp={s.pp} vpp={s.vpp} m={s.num_microbatches}, step {fmt_time(ps.step_time_s)} "
                     f"(simulated pipeline {fmt_time(ps.pipeline_sim_s)}, {diff:+.2f}% vs the cost model's closed form; "

@@ -22,6 +22,7 @@ __all__ = [
     "MEMORY_CATEGORIES",
     "memory_breakdown_gib",
     "scaling_series",
+    "scaling_efficiency",
     "write_memory_chart",
     "write_scaling_chart",
 ]
@@ -136,11 +137,27 @@ def write_memory_chart(
         bottom = [b + v for b, v in zip(bottom, values)]
     ax.axhline(cap_gib, color="black", linestyle="--", linewidth=1.2, label=f"capacity {cap_gib:.4g} GiB")
     ax.set_xticks(xs, [f"stage {i}" for i in xs], rotation=45 if n > 8 else 0)
-    ax.set_ylabel("memory (GiB)")
+    ax.set_ylabel("memory per GPU (GiB, 2^30 bytes)")
+    ax.set_xlabel("pipeline stage")
     ax.set_ylim(0, max(max(bottom), cap_gib) * 1.12)
     ax.set_title(title)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
     return _save(fig, path, fmt, force, dpi)
+
+
+def scaling_efficiency(gpus: Sequence[int], tokens_per_s: Sequence[float]) -> tuple[list[float], list[float]]:
+    """Ideal throughput and scaling efficiency against the smallest GPU count.
+
+    Ideal (linear, strong-scaling at a fixed global batch) throughput at ``n`` GPUs is
+    ``tps_0 * n / n_0``; efficiency = measured / ideal = ``(tps / n) / (tps_0 / n_0)``, 1 at
+    the first point (the usual definition of parallel efficiency, e.g. Narayanan et al. 2021
+    Fig. 15 "weak-scaling throughput" relative to linear)."""
+    g, t, _ = scaling_series([(n, x, 0.0) for n, x in zip(gpus, tokens_per_s)])
+    if t[0] <= 0:
+        raise InputError("points[0].tokens_per_s", t[0], "a throughput > 0 at the smallest GPU count")
+    per = t[0] / g[0]
+    ideal = [per * n for n in g]
+    return ideal, [x / i for x, i in zip(t, ideal)]
 
 
 def write_scaling_chart(
@@ -151,28 +168,39 @@ def write_scaling_chart(
     title: str = "Scaling: throughput and MFU vs GPU count",
     dpi: int = 150,
 ) -> Path:
-    """Tokens/s (left axis) and MFU in % (right axis) against GPU count on a log2 x axis."""
+    """Two panels over the GPU count (log2 axis): tokens/s of the best plan against ideal
+    linear scaling from the smallest count (log y, so ideal is a straight line), and below
+    it the scaling efficiency and MFU in %. Every axis names its quantity and unit."""
     fmt = _format_for(path)
     gpus, tokens_per_s, mfu = scaling_series(points)
+    ideal, eff = scaling_efficiency(gpus, tokens_per_s)
     from matplotlib.figure import Figure
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-    fig = Figure(figsize=(6.5, 4.2))
-    ax = fig.add_subplot(1, 1, 1)
-    ax.set_xscale("log", base=2)
-    line_tps = ax.plot(gpus, tokens_per_s, marker="o", color="#4878d0", label="tokens/s")
-    ax.set_xlabel("GPUs")
-    ax.set_ylabel("tokens/s", color="#4878d0")
-    ax.xaxis.set_major_locator(FixedLocator(gpus))
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:g}"))
-    ax.set_ylim(bottom=0)
-    ax.grid(True, which="major", alpha=0.3)
-    ax2 = ax.twinx()
-    line_mfu = ax2.plot(gpus, [100.0 * u for u in mfu], marker="s", color="#d65f5f", label="MFU")
-    ax2.set_ylabel("MFU (%)", color="#d65f5f")
-    ax2.set_ylim(0, max(100.0 * max(mfu) * 1.2, 1.0))
-    handles = line_tps + line_mfu
-    ax.legend(handles, [h.get_label() for h in handles], loc="upper left", frameon=False)
-    ax.set_title(title)
+    fig = Figure(figsize=(6.5, 6.0))
+    ax, ax2 = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 2]})
+    for a in (ax, ax2):
+        a.set_xscale("log", base=2)
+        a.xaxis.set_major_locator(FixedLocator(gpus))
+        a.xaxis.set_minor_locator(NullLocator())
+        a.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:g}"))
+        a.grid(True, which="major", alpha=0.3)
+    ax.set_yscale("log")
+    from planner.units import fmt_tokens  # noqa: PLC0415
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: fmt_tokens(y)))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _pos: fmt_tokens(y) if f"{y:.0e}"[0] in "25" else ""))
+    ax.plot(gpus, ideal, linestyle="--", color="#8c8c8c", label=f"ideal (linear from {gpus[0]} GPUs)")
+    ax.plot(gpus, tokens_per_s, marker="o", color="#4878d0", label="best plan")
+    ax.set_ylabel("throughput (tokens/s, log scale)")
+    ax.legend(loc="upper left", frameon=False, fontsize=8)
+    ax.set_title(title, fontsize=10)
+    ax2.plot(gpus, [100.0 * e for e in eff], marker="o", color="#4878d0", label="scaling efficiency vs ideal")
+    ax2.plot(gpus, [100.0 * u for u in mfu], marker="s", color="#d65f5f", label="MFU")
+    for n, e in zip(gpus, eff):
+        ax2.annotate(f"{100 * e:.0f}%", (n, 100 * e), textcoords="offset points", xytext=(0, 5), ha="center", fontsize=7)
+    ax2.set_ylim(0, max(110.0, 100.0 * max(eff) * 1.1))
+    ax2.set_ylabel("percent (%)")
+    ax2.set_xlabel("GPUs (log2 scale)")
+    ax2.legend(loc="lower left", frameon=False, fontsize=8)
     return _save(fig, path, fmt, force, dpi)

@@ -10,6 +10,7 @@ import pytest
 from planner.errors import InputError
 from planner.report.charts import (
     memory_breakdown_gib,
+    scaling_efficiency,
     scaling_series,
     write_memory_chart,
     write_scaling_chart,
@@ -82,7 +83,18 @@ def test_scaling_chart_writes(tmp_path: Path, suffix: str) -> None:
         assert data[:8] == PNG_MAGIC
     else:
         ET.fromstring(data)
-        assert b"MFU (%)" in data and b"tokens/s" in data
+        # every axis names its quantity and unit; the ideal line and the efficiency are drawn
+        for label in (b"throughput (tokens/s, log scale)", b"GPUs (log2 scale)", b"percent (%)",
+                      b"ideal (linear from 8 GPUs)", b"scaling efficiency vs ideal", b"MFU"):
+            assert label in data, label
+
+
+def test_scaling_efficiency_against_ideal_linear_scaling() -> None:
+    ideal, eff = scaling_efficiency([8, 16, 64, 512], [2.0e5, 3.9e5, 1.4e6, 9.0e6])
+    assert ideal == [2.0e5, 4.0e5, 1.6e6, 1.28e7]
+    assert eff[0] == 1.0 and eff[1] == pytest.approx(0.975) and eff[3] == pytest.approx(9.0e6 / 1.28e7)
+    with pytest.raises(InputError):
+        scaling_efficiency([8, 16], [0.0, 1.0])
 
 
 def test_svg_output_is_deterministic(tmp_path: Path) -> None:

@@ -79,3 +79,11 @@ def test_real_plans_get_a_reason_and_a_varied_bound():
     for p in r.plans:
         name, share = bound_label(p.estimate).rsplit(" ", 1)
         assert share.endswith("%") and 0 < int(share[:-1]) <= 100
+
+
+def test_a_term_the_cost_model_adds_later_still_counts():
+    e = est(compute_s=1.0)
+    e.time_breakdown_s["new_thing_exposed_s"] = 3.0
+    e.step_time_s = 4.0
+    assert bound_label(e) == "new thing 75%"
+    assert sum(t for _, t, _ in step_terms(e)) == pytest.approx(4.0)

@@ -12,6 +12,8 @@ import pytest
 from planner.errors import InputError
 from planner.report.schedule import simulate_schedule
 from planner.report.timeline_svg import nice_ticks, render_svg, write_png, write_svg
+from planner.report.timeline_view import timeline_view
+from planner.units import fmt_time
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SVG_NS = "{http://www.w3.org/2000/svg}"
@@ -50,7 +52,7 @@ def test_svg_bars_are_to_scale_and_titled() -> None:
     sched = _plan()
     root = ET.fromstring(render_svg(sched, width_px=1000))
     texts = [t.text or "" for t in root.iter(f"{SVG_NS}text")]
-    assert any(f"step time {sched.makespan_s:.6g} s" in t for t in texts)
+    assert any(f"step time {fmt_time(sched.makespan_s)}" in t for t in texts)
     assert "time (s)" in texts
     for kind in ("fwd", "bwd", "idle"):
         assert kind in texts  # legend entries
@@ -104,3 +106,52 @@ def test_write_png_magic(tmp_path: Path) -> None:
 def test_render_svg_rejects_bad_width() -> None:
     with pytest.raises(InputError):
         render_svg(_plan(), width_px=10)
+
+
+def _texts(svg: str) -> list[str]:
+    return [t.text or "" for t in ET.fromstring(svg).iter(f"{SVG_NS}text")]
+
+
+def test_legend_says_what_the_shades_are() -> None:
+    texts = _texts(render_svg(_plan()))
+    assert any("virtual chunk 0 (dark) to 1 (light)" in t for t in texts)
+    one = simulate_schedule(4, 1, 8, "1f1b", 1.0, 2.0)
+    assert not any("virtual chunk" in t for t in _texts(render_svg(one)))
+
+
+def test_many_microbatches_are_summarised_with_a_marked_cut() -> None:
+    """128 micro-batches: warm-up, a window of the steady state, a cut, the cool-down; what is
+    drawn plus what the cut leaves out still adds up to the step time on every stage."""
+    sched = simulate_schedule(4, 2, 128, "interleaved", 1.0, 2.0, p2p_s=0.01, optimizer_s=0.5)
+    svg = render_svg(sched)
+    root = ET.fromstring(svg)
+    t1, t2 = float(root.attrib["data-cut-start-s"]), float(root.attrib["data-cut-end-s"])
+    assert 0 < t1 < t2 < sched.makespan_s and (t2 - t1) > 0.5 * sched.makespan_s
+    drawn = defaultdict(float)
+    for r in _bars(svg):
+        drawn[int(r.attrib["data-stage"])] += float(r.attrib["data-dur-s"])
+    for g in root.iter(f"{SVG_NS}g"):
+        if g.attrib.get("class") == "stage":
+            stage = int(g.attrib["data-stage"])
+            assert math.isclose(drawn[stage] + float(g.attrib["data-omitted-s"]), sched.makespan_s, rel_tol=1e-9)
+    assert len(_bars(svg)) < 0.3 * sum(len(s) for s in sched.stages)  # no barcode
+    cut = next(t for t in _texts(svg) if "not drawn" in t)
+    view = timeline_view(sched, 0, 1000)
+    assert f"{view.omitted_microbatches} micro-batches of steady state" in cut
+    ticks = [float(t) for t in _texts(svg) if t.replace(".", "", 1).isdigit()]
+    assert min(ticks) == 0 and max(ticks) > t2  # real times on both sides of the cut
+    # the cut spans whole periods, so the pattern after it is in phase with the one before
+    assert ((t2 - t1) / view.period_s) == pytest.approx(round((t2 - t1) / view.period_s))
+    whole = render_svg(sched, summarise=False)
+    assert "data-cut-start-s" not in whole and len(_bars(whole)) == sum(len(s) for s in sched.stages)
+
+
+def test_short_schedules_are_drawn_whole() -> None:
+    assert "data-cut-start-s" not in render_svg(_plan())
+    assert not timeline_view(simulate_schedule(4, 1, 24, "1f1b", 1.0, 2.0), 0, 1000).cut
+
+
+def test_png_of_a_summarised_schedule(tmp_path: Path) -> None:
+    sched = simulate_schedule(8, 3, 120, "interleaved", 1.0, 2.0, p2p_s=0.01)
+    out = write_png(sched, tmp_path / "long.png")
+    assert out.read_bytes()[:8] == PNG_MAGIC
