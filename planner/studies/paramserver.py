@@ -2,9 +2,10 @@
 
 Model (docs/paramserver.md has the derivations and their limits):
 
-* **AllReduce baseline** (naive data parallel): every worker holds the full embedding tables
-  and the dense MLP and allreduces their dense gradients every step, priced with the
-  alpha-beta ring/tree of :mod:`planner.cost.collectives`.
+* **Sharded embeddings** (what DLRM/TorchRec users run): the tables sharded table-, row-,
+  column- or table-row-wise over the workers with all-to-all, or replicated (data-parallel),
+  :mod:`planner.studies.sharding`, priced with the alpha-beta collectives of
+  :mod:`planner.cost.collectives` on the workers' scale-up domain and network.
 * **Parameter server** (Li et al., OSDI 2014; Dean et al., NIPS 2012 DistBelief): the tables
   are sharded over ``S`` servers; a worker pulls only the *unique* rows its batch looks up
   and pushes their gradients. With ``n = B * L`` Zipf(s) lookups per table, the expected
@@ -39,16 +40,18 @@ import numpy as np
 from planner.cost.constants import LINK_DEFAULTS
 from planner.cost.collectives import Level, collective
 from planner.errors import InputError
+from planner.studies.sharding import shard_tables
 
 __all__ = [
     "RecModel", "PSCluster", "Layout", "PSResult", "PRESETS", "LAYOUTS", "preset",
     "HotSpot", "zipf_harmonic", "unique_rows", "shard_unique_rows", "order_stat_exp", "hot_spot",
-    "evaluate",
+    "evaluate", "SHARDED", "SYNC",
 ]
 
-LAYOUTS = ("allreduce", "ps-sync", "ps-quorum", "ps-ssp", "ps-async")  # most to least consistent
+SHARDED = ("data-parallel", "table-wise", "column-wise", "row-wise", "table-row-wise")  # TorchRec's types
+SYNC = (*SHARDED, "ps-sync")  # synchronous: the same model quality
+LAYOUTS = (*SYNC, "ps-quorum", "ps-ssp", "ps-async")  # most to least consistent
 _HEAD = 1 << 16  # rows summed exactly before the Euler-Maclaurin tail
-_LINK = "ethernet"  # PS hosts are commodity CPU boxes on TCP (seed chapter); both layouts share it
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,13 @@ class PSCluster:
     worker_tflops: float = 20.0  # achieved dense FLOP/s of one worker (small MLPs run far below peak)
     worker_memory_gb: float = 80.0
     server_memory_gb: float = 1024.0
+    # Where the workers sit. Defaults: the seed chapter's one host per worker on TCP; the CLI
+    # puts them on the GPUs of a cluster preset (8 per node, NVSwitch, InfiniBand).
+    link: str = "ethernet"  # the network every worker and server NIC is on (LINK_DEFAULTS kind)
+    workers_per_node: int = 1  # workers sharing one scale-up domain
+    scaleup_gbs: float = 0.0  # per-worker per-direction scale-up bandwidth in a node, GB/s (nominal)
+    server_nic_gbps: float | None = None  # None: the same NIC as a worker
+    gpu: str = ""  # the worker GPU preset, for the report
 
 
 # Illustrative presets; tables are made identical (rows = total rows / tables).
@@ -234,7 +244,14 @@ def _validate(m: RecModel, c: PSCluster) -> None:
               ("partition", c.partition, c.partition in ("range", "hash"), "range or hash"),
               ("worker_tflops", c.worker_tflops, c.worker_tflops > 0, "> 0"),
               ("hot_replicas", c.hot_replicas, c.hot_replicas is None or 1 <= c.hot_replicas <= c.servers,
-               f"1 <= r <= servers ({c.servers})"))
+               f"1 <= r <= servers ({c.servers})"),
+              ("link", c.link, c.link in LINK_DEFAULTS, "a link kind: " + ", ".join(LINK_DEFAULTS)),
+              ("workers_per_node", c.workers_per_node, isinstance(c.workers_per_node, int) and c.workers_per_node >= 1
+               and (c.workers_per_node == 1 or c.scaleup_gbs > 0), "an integer >= 1 (with scaleup_gbs > 0 when > 1)"),
+              ("workers", c.workers, c.workers_per_node <= 1 or c.workers < c.workers_per_node or c.workers % c.workers_per_node == 0,
+               f"a multiple of the {c.workers_per_node} workers per node (or fewer than a node)"),
+              ("server_nic_gbps", c.server_nic_gbps, c.server_nic_gbps is None or (c.server_nic_gbps > 0 and math.isfinite(c.server_nic_gbps)),
+               "a positive finite Gb/s"))
     for name, v, ok, expected in checks:
         if not ok:
             raise InputError(name, v, expected)
@@ -282,10 +299,24 @@ def evaluate(model: RecModel, cluster: PSCluster) -> PSResult:
     """Step time, throughput, traffic, server bandwidth and memory of every layout, and a pick."""
     m, c = model, cluster
     _validate(m, c)
-    alpha, eff = LINK_DEFAULTS[_LINK]
-    bw = c.nic_gbps * 1e9 / 8 * eff
-    level = Level(_LINK, bw, alpha)
+    alpha, eff = LINK_DEFAULTS[c.link]
+    bw = c.nic_gbps * 1e9 / 8 * eff  # one worker's NIC, usable bytes/s per direction
+    bw_srv = (c.server_nic_gbps or c.nic_gbps) * 1e9 / 8 * eff
+    level = Level(c.link, bw, alpha)
     W, B = int(c.workers), int(c.batch)
+    g = min(int(c.workers_per_node), W)
+    if g > 1:
+        a_up, e_up = LINK_DEFAULTS["nvswitch"]
+        intra = Level("nvswitch", c.scaleup_gbs * 1e9 * e_up, a_up)
+    else:
+        intra = level
+    nodes = max(1, W // g)
+    k_dom, m_dom = (g, nodes) if nodes > 1 else (W, 1)
+    inter = level if nodes > 1 else None
+
+    def allreduce(nbytes: float) -> float:
+        return collective("allreduce", nbytes, k_dom, m_dom, intra, inter).time_s
+
     row_b = m.dim * m.bytes_per_value
     dense_b = m.dense_params * m.bytes_per_value
     # Compute: 6 FLOP per dense parameter per sample (fwd 2 + bwd 4; Kaplan et al. 2020).
@@ -295,14 +326,17 @@ def evaluate(model: RecModel, cluster: PSCluster) -> PSResult:
     c_q = t_c * (1 + c.tail * order_stat_exp(kq, W))
     c_mean = t_c * (1 + c.tail)
 
-    # AllReduce baseline: dense gradients of all tables + MLP, every step.
-    grad_b = (m.tables * m.rows * m.dim + m.dense_params) * m.bytes_per_value
-    t_ar = collective("allreduce", grad_b, W, 1, level).time_s
-    ar_wire = 2 * (W - 1) / W * grad_b if W > 1 else 0.0
-    ar_mem = grad_b * (2 + m.optimizer_values_per_param)
-    ar_step = c_max + t_ar
-    ar = Layout("allreduce", ar_step, W * B / ar_step, W * ar_wire, ar_wire, 0.0, 0.0, 0.0, ar_mem,
-                ar_mem <= c.worker_memory_gb * 1e9, "dense gradients of every table, ring/tree allreduce")
+    # Sharded embeddings (TorchRec's sharding types) + the dense MLP allreduced: synchronous.
+    t_dense_ar = allreduce(dense_b)
+    dense_wire = 2 * (W - 1) / W * dense_b if W > 1 else 0.0
+    cap_w = c.worker_memory_gb * 1e9
+    dense_mem = dense_b * (2 + m.optimizer_values_per_param)
+    sharded = []
+    for sh in shard_tables(m, W, B, g, intra, inter):
+        step = c_max + sh.comm_s + t_dense_ar
+        mem = sh.memory_bytes + dense_mem
+        sharded.append(Layout(sh.name.replace("_", "-"), step, W * B / step, W * (sh.worker_bytes_per_step + dense_wire),
+                              sh.worker_bytes_per_step + dense_wire, 0.0, 0.0, 0.0, mem, mem <= cap_w, sh.detail))
 
     n = B * m.lookups
     shard_rows = shard_unique_rows(m.rows, m.zipf, n, c.servers, c.partition)
@@ -330,11 +364,9 @@ def evaluate(model: RecModel, cluster: PSCluster) -> PSResult:
     hs = server(W, r)
     s_b, s_mem = hs.busiest_server_bytes, hs.busiest_server_memory_bytes
     s_b1 = server(W, 1).busiest_server_bytes
-    ps_mem_worker = dense_b * (2 + m.optimizer_values_per_param) + 2 * U * row_b
-    t_dense_ar = collective("allreduce", dense_b, W, 1, level).time_s
-    dense_wire = 2 * (W - 1) / W * dense_b if W > 1 else 0.0
+    ps_mem_worker = dense_mem + 2 * U * row_b
     srv_fit = s_mem <= c.server_memory_gb * 1e9
-    wfit = ps_mem_worker <= c.worker_memory_gb * 1e9
+    wfit = ps_mem_worker <= cap_w
     traffic = W * (w_in + w_out) * 1.0
 
     # failure replicas: every push forwarded k times; hot replicas: r aggregated exchanges
@@ -346,18 +378,18 @@ def evaluate(model: RecModel, cluster: PSCluster) -> PSResult:
                       sb / step, s_mem, ps_mem_worker, srv_fit and wfit, note)
 
     # Sync: sparse via PS, dense MLP by AllReduce among workers (the chapter's hybrid).
-    ps_sync = c_max + max(t_w, 2 * alpha + s_b / bw) + t_dense_ar
+    ps_sync = c_max + max(t_w, 2 * alpha + s_b / bw_srv) + t_dense_ar
     # Relaxed modes cannot allreduce (that is a barrier): the dense part is served by the PS too.
     dense_srv = W * dense_b / c.servers * (1 + c.replicas)
     t_w_d = t_w + dense_b / bw
     sq_b = server(kq, r).busiest_server_bytes + kq * dense_b / c.servers * (1 + c.replicas)
     sa_b = s_b + dense_srv
-    q_step = c_q + max(t_w_d, 2 * alpha + sq_b / bw)
-    sync_all = c_max + max(t_w_d, 2 * alpha + sa_b / bw)
-    a_step = max(c_mean + t_w_d, 2 * alpha + sa_b / bw)
+    q_step = c_q + max(t_w_d, 2 * alpha + sq_b / bw_srv)
+    sync_all = c_max + max(t_w_d, 2 * alpha + sa_b / bw_srv)
+    a_step = max(c_mean + t_w_d, 2 * alpha + sa_b / bw_srv)
     ssp_step = a_step + (sync_all - a_step) / math.sqrt(c.staleness + 1)
     layouts = (
-        ar,
+        *sharded,
         mk("ps-sync", ps_sync, W * B, s_b, dense_wire, W * dense_wire,
            "sparse rows via PS, dense MLP allreduced among workers, waits for all"),
         mk("ps-quorum", q_step, kq * B, sq_b, dense_b, 2 * W * dense_b,

@@ -1,9 +1,12 @@
 """Recommendation, crossover sweep, text tables and chart for :mod:`planner.studies.paramserver`.
 
-The crossover compares layouts with the same consistency: synchronous AllReduce against
-synchronous parameter-server training (``ps-sync``), so that only the communication differs.
-Relaxed layouts (quorum, bounded staleness, async) trade statistical efficiency for
-throughput (Ho et al., NIPS 2013; Chen et al. 2016) and are reported beside it.
+The comparison a recommendation-model user needs is synchronous parameter-server training
+(``ps-sync``) against what they would run instead: the embedding tables sharded over the
+workers with all-to-all (TorchRec's sharding types, :mod:`planner.studies.sharding`), or
+replicated when they are small. Both are synchronous, so only the communication and memory
+differ; the best sharding type that fits is the baseline. Relaxed layouts (quorum, bounded
+staleness, async) trade statistical efficiency for throughput (Ho et al., NIPS 2013; Chen
+et al. 2016) and are reported beside it, with when a parameter server still wins.
 """
 
 from __future__ import annotations
@@ -15,44 +18,72 @@ from pathlib import Path
 import numpy as np
 
 from planner.errors import InputError
-from planner.studies.paramserver import LAYOUTS, PSCluster, PSResult, RecModel, evaluate
+from planner.studies.paramserver import LAYOUTS, SHARDED, SYNC, PSCluster, PSResult, RecModel, evaluate
+from planner.units import fmt_bytes, fmt_gbs, sig
 
 __all__ = [
-    "PICK_TOLERANCE", "SWEEP_ROWS", "SWEEP_ZIPF", "Sweep", "recommend", "sync_ratio", "crossover_rows",
-    "sweep", "format_result", "format_sweep", "write_chart",
+    "PICK_TOLERANCE", "SWEEP_ROWS", "SWEEP_ZIPF", "Sweep", "recommend", "best_sharded", "sync_ratio", "crossover_rows",
+    "sweep", "format_result", "format_sweep", "write_chart", "PS_STILL_WINS",
 ]
+
+# When a parameter server still wins over sharded embeddings, with sources (docs/paramserver.md).
+PS_STILL_WINS = (
+    "tables larger than the workers' memory together: servers hold them in CPU DRAM (Persia, Lian et al. "
+    "KDD 2022, arXiv 2111.05897: 100-trillion-parameter tables on PS; Monolith, Liu et al. 2022, arXiv 2209.07663)",
+    "stragglers or a mixed fleet: an all-to-all waits for every worker each step, async/SSP training does not "
+    "(Ho et al. NIPS 2013; Persia trains the embeddings asynchronously for this reason)",
+    "elastic or preemptible workers: the servers keep the model while workers come and go; a sharded table "
+    "lives on the workers, so losing one stops the collective until its shard is restored (Li et al. OSDI 2014 sec. 4)",
+)
 
 PICK_TOLERANCE = 0.10  # take the most consistent layout within 10% of the best throughput
 SWEEP_ROWS = tuple(int(round(10 ** (e / 2))) for e in range(4, 19))  # 1e2 .. 1e9, half decades
 SWEEP_ZIPF = (0.0, 0.6, 0.8, 1.0, 1.2, 1.5)
 
 
-def _gb(x: float) -> str:
-    return f"{x / 1e9:.3g} GB" if x >= 1e8 else f"{x / 1e6:.3g} MB"
+def best_sharded(res: PSResult):
+    """The fastest sharding type that fits, or None."""
+    fit = [l for l in res.layouts if l.name in SHARDED and l.fits]
+    return max(fit, key=lambda l: l.samples_per_s) if fit else None
 
 
 def recommend(res: PSResult) -> tuple[str, list[str]]:
-    """Pick the most consistent layout whose throughput is within PICK_TOLERANCE of the best one."""
+    """The best synchronous layout that fits (sharded or ps-sync); a relaxed PS layout only
+    when it is more than PICK_TOLERANCE faster than it (its accuracy risk stated)."""
     m, c = res.model, res.cluster
     fitting = [l for l in res.layouts if l.fits]
-    ar, ps = res.layout("allreduce"), res.layout("ps-sync")
-    reasons = [
-        f"AllReduce sends {_gb(ar.worker_bytes_per_step)} per worker per step (dense gradients of "
-        f"{m.tables} x {m.rows:,} x {m.dim} tables); PS workers move {_gb(ps.worker_bytes_per_step)} "
-        f"({res.unique_rows_per_worker:,.0f} unique rows of {c.batch * m.lookups * m.tables:,} lookups, "
-        f"Zipf s={m.zipf:g})."
-    ]
-    if not ar.fits:
-        reasons.append(f"AllReduce replicates {_gb(ar.worker_memory_bytes)} per worker > {c.worker_memory_gb:g} GB.")
+    ps = res.layout("ps-sync")
+    sh = best_sharded(res)
+    dp = res.layout("data-parallel")
+    reasons = []
+    if sh is not None:
+        reasons.append(f"Sharded embeddings: {sh.name} is the fastest sharding that fits ({sh.notes}); "
+                       f"{fmt_bytes(sh.worker_bytes_per_step)} per worker per step, "
+                       f"{fmt_bytes(sh.worker_memory_bytes)} per worker.")
+    else:
+        reasons.append(f"No sharding of the {m.tables} x {m.rows:,} x {m.dim} tables fits {c.worker_memory_gb:g} GB "
+                       f"workers (row-wise needs {fmt_bytes(res.layout('row-wise').worker_memory_bytes)} each).")
+    if not dp.fits:
+        reasons.append(f"Replicating the tables (data-parallel) needs {fmt_bytes(dp.worker_memory_bytes)} per worker.")
+    reasons.append(f"Parameter server: workers move {fmt_bytes(ps.worker_bytes_per_step)} per step "
+                   f"({res.unique_rows_per_worker:,.0f} unique rows of {c.batch * m.lookups * m.tables:,} lookups, "
+                   f"Zipf s={m.zipf:g}); the busiest server {fmt_bytes(ps.server_bytes_per_step)}.")
     if not fitting:
-        return "nothing fits: add servers or memory", reasons
-    best = max(l.samples_per_s for l in fitting)
-    pick = next(l for name in LAYOUTS for l in fitting if l.name == name and l.samples_per_s >= (1 - PICK_TOLERANCE) * best)
-    t_server = ps.server_bytes_per_step / (c.nic_gbps * 1e9 / 8)
+        return "nothing fits: add workers, servers or memory", reasons
+    sync = [l for l in fitting if l.name in SYNC]
+    relaxed = [l for l in fitting if l.name not in SYNC]
+    best_sync = max(sync, key=lambda l: l.samples_per_s) if sync else None
+    best_rel = next((l for name in LAYOUTS for l in relaxed if l.name == name
+                     and l.samples_per_s >= (1 - PICK_TOLERANCE) * max(r.samples_per_s for r in relaxed)), None)
+    pick = best_sync
+    if best_rel is not None and (best_sync is None or best_rel.samples_per_s > (1 + PICK_TOLERANCE) * best_sync.samples_per_s):
+        pick = best_rel
+    bw_srv = (c.server_nic_gbps or c.nic_gbps) * 1e9 / 8
+    t_server = ps.server_bytes_per_step / bw_srv
     t_worker = ps.worker_bytes_per_step / (c.nic_gbps * 1e9 / 8)
-    if pick.name != "allreduce" and t_server > t_worker > 0:
-        msg = (f"Servers are the bottleneck ({_gb(ps.server_bytes_per_step)} on the busiest server vs "
-               f"{_gb(ps.worker_bytes_per_step)} per worker); ")
+    if t_server > t_worker > 0:
+        msg = (f"PS servers are the bottleneck ({fmt_bytes(ps.server_bytes_per_step)} on the busiest vs "
+               f"{fmt_bytes(ps.worker_bytes_per_step)} per worker); ")
         if c.partition == "hash":  # balanced shards: server load ~ 1/S
             msg += f"about {math.ceil(c.servers * t_server / t_worker)} servers would balance them."
         else:
@@ -64,34 +95,48 @@ def recommend(res: PSResult) -> tuple[str, list[str]]:
     elif c.partition == "range" and c.servers > 1:
         reasons.append("No hot-spot replication needed at this skew (it would not lower the busiest server).")
     straggle = c.tail * (sum(1 / j for j in range(1, c.workers + 1)) - 1)
-    reasons.append(f"Stragglers: a barrier over {c.workers} workers costs {straggle * res.compute_s * 1e3:.2f} ms "
+    reasons.append(f"Stragglers: a barrier over {c.workers} workers costs {sig(straggle * res.compute_s * 1e3)} ms "
                    f"per step over the mean worker (exponential tail {c.tail:g} of compute).")
     if pick.name in ("ps-quorum", "ps-ssp", "ps-async"):
-        sync_best = max((l.samples_per_s for l in fitting if l.name in ("allreduce", "ps-sync")), default=0.0)
-        gain = pick.samples_per_s / sync_best - 1 if sync_best else math.inf
+        gain = pick.samples_per_s / best_sync.samples_per_s - 1 if best_sync else math.inf
         reasons.append(f"{pick.name} is {gain:+.0%} over the best synchronous layout; stale or dropped gradients "
                        "can cost accuracy (SSP bounds the staleness).")
     if c.replicas:
         reasons.append(f"{c.replicas} failure replica(s): server memory and push traffic x{1 + c.replicas}.")
     else:
-        reasons.append("No failure replicas: losing a server loses its shard's updates since the last checkpoint.")
-    speed = pick.samples_per_s / ar.samples_per_s
-    lay = "AllReduce data parallel" if pick.name == "allreduce" else (
-        f"{pick.name} with {c.servers} servers" + (f", hot shard x{res.hot_replicas}" if res.hot_replicas > 1 else ""))
-    return (f"{lay} on {c.workers} workers: {pick.samples_per_s:,.0f} samples/s "
-            f"({speed:.2f}x synchronous AllReduce)"), reasons
+        reasons.append("No PS failure replicas: losing a server loses its shard's updates since the last checkpoint.")
+    if pick.name in SHARDED:
+        asy = res.layout("ps-async")
+        reasons.append("A parameter server still wins with (docs/paramserver.md):")
+        reasons += [f"  {w}" for w in PS_STILL_WINS]
+        if asy.fits:
+            reasons.append(f"  here ps-async runs at {asy.samples_per_s / pick.samples_per_s:.2f}x {pick.name}, "
+                           f"without a barrier over the {c.workers} workers")
+    base = sh if sh is not None else ps
+    speed = pick.samples_per_s / base.samples_per_s
+    where = f"{c.workers} {c.gpu} workers" if c.gpu else f"{c.workers} workers"
+    if pick.name in SHARDED:
+        lay = f"sharded embeddings ({pick.name})"
+        vs = f"{pick.samples_per_s / ps.samples_per_s:.2f}x ps-sync" if ps.fits else "ps-sync does not fit"
+    else:
+        lay = f"{pick.name} with {c.servers} servers" + (f", hot shard x{res.hot_replicas}" if res.hot_replicas > 1 else "")
+        vs = f"{speed:.2f}x the best sharding ({sh.name})" if sh is not None else "no sharding fits"
+    return f"{lay} on {where}: {pick.samples_per_s:,.0f} samples/s ({vs})", reasons
 
 
 def sync_ratio(model: RecModel, cluster: PSCluster) -> tuple[float, bool]:
-    """(ps-sync / allreduce throughput, allreduce fits) for one configuration."""
+    """(ps-sync / best fitting sharding throughput, some sharding fits) for one configuration;
+    inf when no sharding fits and ps-sync does, 0 when neither does."""
     res = evaluate(model, cluster)
-    ar = res.layout("allreduce")
-    return res.layout("ps-sync").samples_per_s / ar.samples_per_s, ar.fits
+    sh, ps = best_sharded(res), res.layout("ps-sync")
+    if sh is None:
+        return (math.inf if ps.fits else 0.0), False
+    return (ps.samples_per_s / sh.samples_per_s if ps.fits else 0.0), True
 
 
 def crossover_rows(model: RecModel, cluster: PSCluster, lo: int, hi: int, iters: int = 12) -> float | None:
-    """Rows per table where ps-sync and AllReduce tie, by bisection on log(rows) in [lo, hi]
-    (None when the winner does not change there)."""
+    """Rows per table where ps-sync and the best sharding tie, by bisection on log(rows) in
+    [lo, hi] (None when the winner does not change there)."""
     f = lambda r: sync_ratio(replace(model, rows=int(round(r))), cluster)[0] - 1.0  # noqa: E731
     a, b = math.log(lo), math.log(hi)
     fa, fb = f(lo), f(hi)
@@ -110,14 +155,21 @@ def crossover_rows(model: RecModel, cluster: PSCluster, lo: int, hi: int, iters:
 class Sweep:
     rows: tuple[int, ...]
     zipf: tuple[float, ...]
-    ratio: np.ndarray  # [zipf, rows]: ps-sync / allreduce throughput
-    ar_fits: np.ndarray  # [zipf, rows]
+    ratio: np.ndarray  # [zipf, rows]: ps-sync / best sharding throughput (inf: only PS fits; 0: PS does not fit)
+    sharded_fits: np.ndarray  # [zipf, rows]
     crossover: tuple[float | None, ...]  # rows per table at the tie, per zipf
 
+    def winner(self, i: int, j: int) -> str:
+        x = self.ratio[i, j]
+        if x == 0 and not self.sharded_fits[i, j]:
+            return "none"
+        return "ps-sync" if x > 1 else "sharded"
+
     def to_dict(self) -> dict:
-        return {"rows": list(self.rows), "zipf": list(self.zipf), "ratio_ps_over_allreduce": self.ratio.tolist(),
-                "allreduce_fits": self.ar_fits.tolist(), "crossover_rows": list(self.crossover),
-                "winner": [["ps-sync" if x > 1 else "allreduce" for x in row] for row in self.ratio]}
+        return {"rows": list(self.rows), "zipf": list(self.zipf),
+                "ratio_ps_over_sharded": [[None if not math.isfinite(x) else float(x) for x in row] for row in self.ratio],
+                "sharded_fits": self.sharded_fits.tolist(), "crossover_rows": list(self.crossover),
+                "winner": [[self.winner(i, j) for j in range(len(self.rows))] for i in range(len(self.zipf))]}
 
 
 def sweep(model: RecModel, cluster: PSCluster, rows=SWEEP_ROWS, zipf=SWEEP_ZIPF) -> Sweep:
@@ -129,7 +181,7 @@ def sweep(model: RecModel, cluster: PSCluster, rows=SWEEP_ROWS, zipf=SWEEP_ZIPF)
     for i, s in enumerate(zipf):
         for j, r in enumerate(rows):
             ratio[i, j], fits[i, j] = sync_ratio(replace(model, rows=r, zipf=s), cluster)
-        flip = next((j for j in range(1, len(rows)) if ratio[i, j - 1] <= 1 < ratio[i, j]), None)
+        flip = next((j for j in range(1, len(rows)) if fits[i, j] and fits[i, j - 1] and 0 < ratio[i, j - 1] <= 1 < ratio[i, j]), None)
         if flip is None:
             cross.append(None)
         else:
@@ -148,22 +200,37 @@ def _fmt_x(x: float) -> str:
 
 def format_result(res: PSResult) -> str:
     m, c = res.model, res.cluster
+    nodes = f", {c.workers_per_node} per node ({sig(c.scaleup_gbs)} GB/s NVLink)" if c.workers_per_node > 1 else ""
+    srv = f"{c.server_nic_gbps:g}" if c.server_nic_gbps else f"{c.nic_gbps:g}"
     head = (f"{m.name}: {m.tables} tables x {m.rows:,} rows x dim {m.dim}, {m.lookups} lookup(s)/sample/table, "
             f"Zipf s={m.zipf:g}, dense {m.dense_params:,} params\n"
-            f"{c.workers} workers x batch {c.batch}, {c.servers} servers ({c.partition} partition), "
-            f"{c.nic_gbps:g} Gb/s NICs, k={c.replicas} failure replicas, staleness {c.staleness}, "
-            f"quorum {c.quorum:g}, straggler tail {c.tail:g}\n")
-    cols = ("layout", "step ms", "samples/s", "traffic/step", "worker NIC/step", "busiest server/step",
-            "server GB/s", "server mem", "worker mem", "fits")
-    rows = [cols] + [(l.name, f"{l.step_s * 1e3:.2f}", f"{l.samples_per_s:,.0f}", _gb(l.traffic_bytes_per_step),
-                      _gb(l.worker_bytes_per_step), _gb(l.server_bytes_per_step) if l.server_bytes_per_step else "-",
-                      f"{l.server_bytes_per_s / 1e9:.2f}" if l.server_bytes_per_s else "-",
-                      _gb(l.server_memory_bytes) if l.server_memory_bytes else "-", _gb(l.worker_memory_bytes),
+            f"{c.workers} {c.gpu + ' ' if c.gpu else ''}workers x batch {c.batch}{nodes}, {c.nic_gbps:g} Gb/s {c.link} "
+            f"per worker; {c.servers} PS servers ({srv} Gb/s, {c.partition} partition, k={c.replicas} failure replicas); "
+            f"staleness {c.staleness}, quorum {c.quorum:g}, straggler tail {c.tail:g}\n")
+    cols = ("layout", "step", "samples/s", "worker sends/step", "busiest server/step", "server", "server mem", "worker mem", "fits")
+    rows = [cols] + [(l.name, _ms(l.step_s), f"{l.samples_per_s:,.0f}", fmt_bytes(l.worker_bytes_per_step),
+                      fmt_bytes(l.server_bytes_per_step) if l.server_bytes_per_step else "-",
+                      fmt_gbs(l.server_bytes_per_s) if l.server_bytes_per_s else "-",
+                      fmt_bytes(l.server_memory_bytes) if l.server_memory_bytes else "-", fmt_bytes(l.worker_memory_bytes),
                       "yes" if l.fits else "NO") for l in res.layouts]
     w = [max(len(r[i]) for r in rows) for i in range(len(cols))]
     table = "\n".join("  ".join(v.rjust(w[i]) if i else v.ljust(w[i]) for i, v in enumerate(r)) for r in rows)
-    out = head + table + f"\n\nrecommend: {res.recommendation}\n" + "".join(f"  - {r}\n" for r in res.reasons)
-    return out
+    legend = ("sharded: TorchRec's sharding types (data-parallel = tables replicated); ps-*: parameter server; "
+              "sizes in GiB/MiB (2^30, 2^20 bytes), rates in GB/s (1e9 bytes/s)")
+    return head + table + f"\n{legend}\n\nrecommend: {res.recommendation}\n" + "".join(f"      * {r.strip()}\n" if r.startswith("  ") else f"  - {r}\n" for r in res.reasons)
+
+
+def _ms(seconds: float) -> str:
+    return f"{sig(seconds * 1e3)} ms" if seconds < 10 else f"{sig(seconds)} s"
+
+
+def _fmt_rows(r: float) -> str:
+    e = math.floor(math.log10(r))
+    return f"{r / 10**e:.1f}e{e}" if r >= 1e4 else f"{r:,.0f}"
+
+
+def _fmt_x(x: float) -> str:
+    return f"{x:.2f}x" if x < 10 else f"{x:.0f}x" if x < 1000 else f"{x:.0e}x".replace("e+0", "e")
 
 
 def format_sweep(sw: Sweep) -> str:
@@ -171,20 +238,25 @@ def format_sweep(sw: Sweep) -> str:
     for i, s in enumerate(sw.zipf):
         row = [f"s={s:g}"]
         for j in range(len(sw.rows)):
-            x = sw.ratio[i, j]
-            row.append(("PS " if x > 1 else "AR ") + _fmt_x(max(x, 1 / x)) + ("" if sw.ar_fits[i, j] else "*"))
+            x, win = sw.ratio[i, j], sw.winner(i, j)
+            if win == "none":
+                row.append("-")
+            elif not sw.sharded_fits[i, j]:
+                row.append("PS only")
+            else:
+                row.append(("PS " if x > 1 else "SH ") + (_fmt_x(max(x, 1 / x)) if x > 0 else "only"))
         cx = sw.crossover[i]
-        row.append(_fmt_rows(cx) if cx else ("PS everywhere" if sw.ratio[i, 0] > 1 else "AR everywhere"))
+        row.append(_fmt_rows(cx) if cx else "-")
         cells.append(row)
     w = [max(len(r[k]) for r in cells) for k in range(len(cells[0]))]
     lines = ["  ".join(v.rjust(w[k]) for k, v in enumerate(r)) for r in cells]
-    return ("Synchronous AllReduce (AR) vs synchronous parameter server (PS): winner and its throughput "
-            "advantage per rows-per-table x Zipf skew\n" + "\n".join(lines) +
-            "\n  * AllReduce replicas exceed worker memory here\n")
+    return ("Synchronous parameter server (PS) vs the best sharding of the tables (SH, TorchRec's types): winner and "
+            "its throughput advantage per rows-per-table x Zipf skew\n" + "\n".join(lines) +
+            "\n  PS only: no sharding fits the workers' memory, the PS servers hold the tables; -: neither fits\n")
 
 
 def write_chart(sw: Sweep, path: str | Path) -> Path:
-    """Heat map of log2(PS/AR throughput) over rows x skew with the crossover curve; SVG or PNG."""
+    """Heat map of log2(PS / best sharding throughput) over rows x skew with the crossover curve; SVG or PNG."""
     path = Path(path)
     if path.suffix.lower() not in (".svg", ".png"):
         raise InputError("chart", str(path), "a file name ending in .svg or .png")
@@ -194,21 +266,22 @@ def write_chart(sw: Sweep, path: str | Path) -> Path:
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    z = np.log2(sw.ratio)
+    with np.errstate(divide="ignore"):
+        z = np.clip(np.log2(np.where(sw.ratio > 0, sw.ratio, np.nan)), -3, 3)
     x = np.log10(np.array(sw.rows, dtype=float))
     mesh = ax.pcolormesh(x, np.array(sw.zipf), z, cmap="RdBu", vmin=-3, vmax=3, shading="nearest")
-    fig.colorbar(mesh, ax=ax, label="log2(PS-sync / AllReduce throughput), clipped at 8x", extend="both")
+    fig.colorbar(mesh, ax=ax, label="log2(PS-sync / best sharding throughput), clipped at 8x", extend="both")
     pts = [(math.log10(cx), s) for cx, s in zip(sw.crossover, sw.zipf) if cx]
     if pts:
         ax.plot(*zip(*pts), "k-o", label="crossover (tie)")
-    oom = [j for j in range(len(sw.rows)) if not sw.ar_fits[:, j].any()]
+    oom = [j for j in range(len(sw.rows)) if not sw.sharded_fits[:, j].any()]
     if oom:
-        ax.axvline(x[oom[0]] - 0.25, color="k", ls="--", label="AllReduce out of worker memory beyond")
+        ax.axvline(x[oom[0]] - 0.25, color="k", ls="--", label="no sharding fits the workers' memory beyond")
     if pts or oom:
-        ax.legend(loc="upper right", fontsize=8)
-    ax.set_xlabel("log10(rows per table)")
-    ax.set_ylabel("Zipf exponent s")
-    ax.set_title("Parameter server beats AllReduce to the right of the line (blue)")
+        ax.legend(loc="upper left", fontsize=8)
+    ax.set_xlabel("rows per table (log10)")
+    ax.set_ylabel("Zipf exponent s of row access (1)")
+    ax.set_title("Blue: the parameter server is faster; red: sharded embeddings are")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format=path.suffix.lower()[1:])

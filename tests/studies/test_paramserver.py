@@ -1,5 +1,5 @@
-"""Parameter server vs AllReduce: closed-form traffic, occupancy vs Monte Carlo, hot spots,
-stragglers, failure replicas and the crossover."""
+"""Parameter server vs sharded embeddings (TorchRec's types): closed-form traffic, occupancy vs
+Monte Carlo, hot spots, stragglers, failure replicas, the sharding types and the crossover."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from planner.studies.paramserver import (
     unique_rows,
     zipf_harmonic,
 )
-from planner.studies.paramserver_report import crossover_rows, format_result, format_sweep, sweep, write_chart
+from planner.studies.paramserver import SHARDED
+from planner.studies.paramserver_report import best_sharded, crossover_rows, format_result, format_sweep, sweep, write_chart
 
 ALPHA_S, EFF = LINK_DEFAULTS["ethernet"]
 BW = 100e9 / 8 * EFF  # 100 Gb/s NIC, usable bytes/s
@@ -95,11 +96,21 @@ def test_traffic_hand_computed_uniform_one_table():
     assert ps.traffic_bytes_per_step == pytest.approx(2 * (80 + 64) * U)
     assert ps.step_s == pytest.approx(2 * ALPHA_S + 160 * U / BW)  # no compute, server-bound
     assert ps.server_memory_bytes == pytest.approx(1000 * 64 * 2)  # weights + Adagrad state
-    ar = res.layout("allreduce")
+    ar = res.layout("data-parallel")
     # dense gradient of the table: 1000 * 16 * 4 = 64000 B; ring over 2: 2 * (1/2) * 64000 per worker
     assert ar.worker_bytes_per_step == pytest.approx(64_000)
     assert ar.traffic_bytes_per_step == pytest.approx(128_000)
     assert ar.step_s == pytest.approx(2 * ALPHA_S + 64_000 / BW)  # ring: 2(p-1) alpha + 2(p-1)/p n/B
+    # table-wise: worker 0 owns the table. ids: it receives N L k = 20 x 8 = 160 B; pooled: it sends
+    # N D v = 20 x 64 = 1280 B forward and backward. A pairwise all-to-all over 2 moves half of a
+    # rank's buffer: alpha + n / 2 / B each.
+    tw = res.layout("table-wise")
+    assert tw.step_s == pytest.approx(3 * ALPHA_S + (160 + 2 * 1280) / 2 / BW)
+    # row-wise: ids B L k = 80 B all-to-all; partial sums N D v = 1280 B reduce-scattered, then all-gathered
+    rw = res.layout("row-wise")
+    assert rw.step_s == pytest.approx(3 * ALPHA_S + (80 / 2 + 1280 / 2 + 1280 / 2) / BW)
+    assert rw.worker_memory_bytes == pytest.approx(1000 * 64 * 2 / 2)  # half the rows, values + Adagrad
+    assert tw.worker_memory_bytes == pytest.approx(1000 * 64 * 2)
 
 
 def test_failure_replicas_multiply_memory_and_push_traffic():
@@ -167,10 +178,10 @@ def test_sync_at_least_async(name, tail):
         assert bsp > asyn
 
 
-def test_stragglers_cost_allreduce_the_max():
+def test_stragglers_cost_synchronous_sharding_the_max():
     m = RecModel("s", tables=1, rows=1000, dim=16, lookups=1, zipf=0.0, dense_params=10_000_000)
-    calm = evaluate(m, PSCluster(workers=32, tail=0.0)).layout("allreduce").step_s
-    tail = evaluate(m, PSCluster(workers=32, tail=0.5)).layout("allreduce").step_s
+    calm = evaluate(m, PSCluster(workers=32, tail=0.0)).layout("table-wise").step_s
+    tail = evaluate(m, PSCluster(workers=32, tail=0.5)).layout("table-wise").step_s
     t_c = 2048 * 6 * 10_000_000 / 20e12
     assert tail - calm == pytest.approx(t_c * 0.5 * order_stat_exp(32, 32))
 
@@ -178,33 +189,72 @@ def test_stragglers_cost_allreduce_the_max():
 # --- crossover -------------------------------------------------------------------------------
 
 
-def test_crossover_exists_and_moves_monotonically_with_skew():
-    sw = sweep(PRESETS["dlrm-criteo"], PSCluster(), zipf=(0.0, 0.6, 0.8, 1.0, 1.2, 1.5))
-    cx = sw.crossover
-    assert all(x is not None for x in cx)
-    # more skew -> fewer unique rows -> PS wins from smaller tables on (a wider range of sizes)
-    assert all(a > b for a, b in zip(cx, cx[1:]))
-    for i, x in enumerate(cx):  # AllReduce left of the tie, PS right of it
-        assert all(sw.ratio[i, j] > 1 for j, r in enumerate(sw.rows) if r > 1.05 * x)
-        assert sw.ratio[i, next(j for j, r in enumerate(sw.rows) if r > x) - 1] <= 1
-    assert not sw.ar_fits[:, -1].any()  # a 1e9-row x 26 table replica does not fit a worker
+GPU = dict(workers=64, servers=8, nic_gbps=400.0, link="infiniband", workers_per_node=8, scaleup_gbs=450.0,
+           worker_memory_gb=85.5, gpu="h100-sxm5-80gb")  # the CLI's default: 8 DGX H100 nodes
+
+
+def test_skew_helps_the_parameter_server_against_sharding():
+    """Sharded embeddings move pooled vectors (B T D per worker, whatever the skew); a PS moves
+    the unique rows, fewer as the skew grows, so its ratio to the best sharding rises with s."""
+    c = PSCluster(**GPU)
+    sw = sweep(PRESETS["dlrm-criteo"], c, rows=(100_000, 10_000_000), zipf=(0.0, 0.8, 1.2, 1.5))
+    for j in range(2):
+        col = sw.ratio[:, j]
+        assert all(a < b for a, b in zip(col, col[1:]))
+    assert sw.ratio[0, 1] < 1 < sw.ratio[-1, 1]  # sharding wins uniform access, the PS wins s = 1.5
+    assert sw.sharded_fits.all()
+
+
+def test_tables_beyond_the_workers_memory_leave_only_the_parameter_server():
+    m, c = PRESETS["dlrm-large"], PSCluster()  # 3.3 TB of tables on 16 hosts of 80 GB
+    res = evaluate(m, c)
+    assert not any(res.layout(n).fits for n in SHARDED) and res.layout("ps-sync").fits
+    assert res.recommendation.startswith("ps-") and "no sharding fits" in res.recommendation
+    sw = sweep(PRESETS["dlrm-criteo"], c, rows=(10**6, 10**8, 10**9), zipf=(1.0,))
+    assert sw.winner(0, 1) == "ps-sync" and not sw.sharded_fits[0, 1]  # 1e8 rows: only the PS holds them
+    assert sw.winner(0, 2) == "none"
+    assert "PS only" in format_sweep(sw)
 
 
 def test_crossover_bisection_is_a_tie():
-    m, c = PRESETS["dlrm-criteo"], PSCluster()
-    x = crossover_rows(replace(m, zipf=1.0), c, 100, 10**9, iters=30)
-    res = evaluate(replace(m, zipf=1.0, rows=int(round(x))), c)
-    assert res.layout("ps-sync").samples_per_s == pytest.approx(res.layout("allreduce").samples_per_s, rel=0.01)
+    m, c = PRESETS["dlrm-criteo"], PSCluster(**GPU)
+    sw = sweep(m, c, rows=(1_000, 3_162, 10_000, 31_623), zipf=(1.5,))
+    x = sw.crossover[0]
+    assert x is not None and 3_162 < x < 10_000
+    x = crossover_rows(replace(m, zipf=1.5), c, 3_162, 10_000, iters=30)
+    res = evaluate(replace(m, zipf=1.5, rows=int(round(x))), c)
+    assert res.layout("ps-sync").samples_per_s == pytest.approx(best_sharded(res).samples_per_s, rel=0.01)
 
 
-def test_default_recommends_ps_with_reasons():
-    res = evaluate(PRESETS["dlrm-criteo"], PSCluster())
-    assert res.recommendation.startswith("ps-")
-    assert any("AllReduce sends" in r for r in res.reasons)
-    text = format_result(res)
-    assert "recommend:" in text and "allreduce" in text
-    small = evaluate(replace(PRESETS["dlrm-criteo"], rows=200, zipf=0.0), PSCluster())
-    assert small.recommendation.startswith("AllReduce")
+def test_default_gpu_cluster_recommends_sharding_and_says_when_a_ps_wins():
+    res = evaluate(PRESETS["dlrm-criteo"], PSCluster(**GPU))
+    assert res.recommendation.startswith("sharded embeddings (")
+    text = "\n".join(res.reasons)
+    for phrase in ("fastest sharding that fits", "still wins", "Persia", "stragglers", "elastic", "ps-async runs at"):
+        assert phrase in text, phrase
+    out = format_result(res)
+    for name in (*SHARDED, "ps-sync", "ps-async"):
+        assert name in out
+    # against the best sharding, not the replicated straw man: the ratio is order one
+    ps = res.layout("ps-sync")
+    assert 0.3 < ps.samples_per_s / best_sharded(res).samples_per_s < 3
+    assert not res.layout("data-parallel").fits  # 26 x 7.85M x 128 replicated is 292 GiB
+
+
+def test_sharding_types_follow_torchrec_placements():
+    c = PSCluster(**GPU)
+    m = replace(PRESETS["dlrm-criteo"], tables=8)  # fewer tables than workers: table-wise is unbalanced
+    res = evaluate(m, c)
+    tw, cw, rw, twrw = (res.layout(n) for n in ("table-wise", "column-wise", "row-wise", "table-row-wise"))
+    assert "56 of 64 workers own none" in tw.notes
+    assert cw.worker_memory_bytes < tw.worker_memory_bytes and "8 column shard(s) of 16" in cw.notes
+    assert rw.worker_memory_bytes <= twrw.worker_memory_bytes < tw.worker_memory_bytes
+    assert twrw.step_s < tw.step_s  # 2D: the busiest owner's traffic spread over its node's NVLink
+    from planner.studies.sharding import column_shards
+
+    assert column_shards(128, 26, 64) == 2 and column_shards(128, 8, 64) == 8 and column_shards(96, 26, 16) == 1
+    hosts = evaluate(m, PSCluster())
+    assert hosts.layout("table-row-wise").step_s == pytest.approx(hosts.layout("table-wise").step_s)  # one worker per node
 
 
 def test_chart_and_table(tmp_path):
