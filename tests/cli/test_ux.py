@@ -380,3 +380,21 @@ def test_readme_lists_every_exit_code():
     table = readme.split("### Exit codes", 1)[1].split("\n\n", 2)[1]
     for code in ("0", "1", "2", "3", "4"):
         assert f"| {code} |" in table, code
+
+
+def test_terminal_pictures_script_records_the_plan(tmp_path, monkeypatch):
+    """docs/terminal_pictures.py regenerates README's terminal pictures (rich Console(record=True) -> SVG)."""
+    import importlib.util
+    import xml.etree.ElementTree as ET
+
+    spec = importlib.util.spec_from_file_location("terminal_pictures", REPO / "docs" / "terminal_pictures.py")
+    tp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tp)
+    assert {"plan", "plan-explain", "check"} <= set(tp.PICTURES)  # check: the hook for `planner check`
+    monkeypatch.setattr(tp, "OUT", tmp_path)
+    path = tp.picture("plan")
+    svg = path.read_text()
+    ET.fromstring(svg)
+    assert "recommended:" in svg.replace("&#160;", " ") and "https://cdnjs" not in svg
+    for name in ("plan", "plan-explain"):
+        assert (REPO / "docs" / "img" / f"{name}.svg").exists(), name
