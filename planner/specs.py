@@ -297,6 +297,9 @@ class ClusterSpec:
     # Switch tiers above the nodes (Tier), bottom up; empty = one flat
     # tier carrying inter.oversubscription.
     tiers: tuple[Tier, ...] = ()
+    # Fixed cost of one collective call above its per-step latencies (NCCL's launch and set-up;
+    # planner.cost.constants.NCCL_CALL_LATENCY_S by default).
+    collective_latency_s: float = 38e-6
 
     def __post_init__(self) -> None:
         _positive_int("hardware.num_gpus", self.num_gpus)

@@ -46,7 +46,7 @@ class Calibration:
 
     @classmethod
     def from_values(cls, values: Mapping[str, float], base: Constants = DEFAULT_CONSTANTS) -> "Calibration":
-        vals = _check(values)
+        vals = check_values(values)
         inter = vals.pop("INTER_NODE_EFFICIENCY", None)
         return cls(base.replace(**vals) if vals else base, inter)
 

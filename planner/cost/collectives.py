@@ -77,6 +77,10 @@ ALGORITHMS = ("ring", "tree", "rhd", "hierarchical", "nvls", "pairwise", "p2p")
 NVLS_EFFICIENCY: dict[int, float] = {4: 0.85, 5: 0.74}
 # NCCL tuning.cc hwLatencies[NVLINK][NVLS][SIMPLE] = 25 us (NVLS runs the Simple protocol only).
 NVLS_LATENCY_S = 25e-6
+# What NCCL implements: ring, tree (double binary), NVLS, and the hierarchical ring; recursive
+# halving-doubling (Thakur et al. 2005) is kept for the chapter's comparison (``algorithm="rhd"``)
+# but NCCL has no such algorithm, so ``auto`` does not pick it.
+NOT_IN_NCCL = frozenset({"rhd"})
 
 
 def nvls_efficiency(intra_kind: str, nvlink_generation: int) -> float:
@@ -115,6 +119,7 @@ class Level:
     bandwidth_bytes_per_s: float
     latency_s: float
     nvls_efficiency: float = 0.0
+    call_latency_s: float = 0.0  # fixed cost of one collective call on this level (NCCL launch, set-up)
 
 
 @dataclass(frozen=True)
@@ -177,8 +182,10 @@ def _flat(op: str, n: float, p: int, bw: float, alpha: float, nvls: float = 0.0)
 
 
 def _best(times: dict[str, float]) -> tuple[str, float]:
-    name = min(times, key=lambda a: (times[a], a))
-    return name, times[name]
+    """The fastest algorithm NCCL has (:data:`NOT_IN_NCCL` only when nothing else is there)."""
+    pool = {a: t for a, t in times.items() if a not in NOT_IN_NCCL} or times
+    name = min(pool, key=lambda a: (pool[a], a))
+    return name, pool[name]
 
 
 def _check(op: str, nbytes: float, k: int, m: int) -> None:
@@ -194,13 +201,19 @@ def _check(op: str, nbytes: float, k: int, m: int) -> None:
 def algorithm_times(
     op: str, nbytes: float, k: int, m: int, intra: Level, inter: Level | None = None
 ) -> dict[str, float]:
-    """Time in seconds of every algorithm available for ``op`` on this group shape."""
+    """Time in seconds of every algorithm available for ``op`` on this group shape, each with
+    the fixed cost of one call (``Level.call_latency_s``, the larger of the levels used)."""
     _check(op, nbytes, k, m)
     if k * m <= 1 or nbytes <= 0:
         return {"local": 0.0}
     if m <= 1 or inter is None:
-        return _flat(op, nbytes, k * m, intra.bandwidth_bytes_per_s, intra.latency_s, intra.nvls_efficiency)
-    return _two_level(op, nbytes, k, m, intra, inter)
+        times = _flat(op, nbytes, k * m, intra.bandwidth_bytes_per_s, intra.latency_s, intra.nvls_efficiency)
+        call = intra.call_latency_s
+    else:
+        times = _two_level(op, nbytes, k, m, intra, inter)
+        call = max(intra.call_latency_s, inter.call_latency_s)
+    return {a: t + call for a, t in times.items()}
+
 
 
 def collective(
@@ -287,9 +300,10 @@ def group_shape(size: int, stride: int, domain: int) -> tuple[int, int]:
 def cluster_levels(cluster) -> tuple[Level, Level]:
     """The scale-up and scale-out levels of a :class:`planner.specs.ClusterSpec`, per rank."""
     nvls = nvls_efficiency(cluster.intra.kind, getattr(cluster.gpu, "nvlink_generation", 0))
-    intra = Level(cluster.intra.kind, cluster.intra.usable_bytes_per_s, cluster.intra.latency_s, nvls)
+    call = cluster.collective_latency_s
+    intra = Level(cluster.intra.kind, cluster.intra.usable_bytes_per_s, cluster.intra.latency_s, nvls, call)
     per_gpu = cluster.inter.node_bytes_per_s / cluster.gpus_per_node
-    inter = Level(cluster.inter.kind, per_gpu, cluster.inter.latency_s)
+    inter = Level(cluster.inter.kind, per_gpu, cluster.inter.latency_s, 0.0, call)
     return intra, inter
 
 

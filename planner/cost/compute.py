@@ -300,7 +300,7 @@ def layer_kernels(model: ModelSpec, tp: int, sequence_parallel: bool, flash: boo
     forward, 3 backward: preprocess, main, dq conversion; unfused 4 / 6), 8 / 12 elementwise
     kernels, and 2 / 2 tensor-parallel collectives (4 / 4 with sequence parallelism). An MoE
     layer adds the router, top-k/softmax/auxiliary loss, permute and unpermute, the two
-    all-to-alls and one GEMM per local expert. The host time to issue them is what bounds small
+    all-to-alls and the expert GEMMs (one grouped call). The host time to issue them is what bounds small
     layers (:func:`planner.cost.stages.layer_costs`)."""
     g = len(_attention_gemms(model, 1.0, tp)) + 2
     f = g + (1 if flash else 4) + 8
@@ -309,9 +309,11 @@ def layer_kernels(model: ModelSpec, tp: int, sequence_parallel: bool, flash: boo
         c = 4 if sequence_parallel else 2
         f, b = f + c, b + c
     if model.moe is not None and moe_layer:
-        le = max(1, model.moe.experts // ep)
-        f += 2 * (le - 1) + 1 + 4 + 6 + 2 + 3 - 2
-        b += 4 * (le - 1) + 2 + 4 + 6 + 2 + 6 - 4
+        # The grouped expert GEMMs are issued from one C++ loop (TE GroupedLinear), so they count
+        # once here; the router, top-k/softmax/aux loss, permute/unpermute, all-to-alls, the
+        # activation and the two expert GEMMs replace the dense MLP's two.
+        f += 1 + 4 + 6 + 2 + 3 - 2
+        b += 2 + 4 + 6 + 2 + 6 - 4
         if model.moe.shared_experts:
             f, b = f + 2, b + 4
     return f, b

@@ -24,15 +24,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 
-__all__ = ["Constants", "DEFAULT_CONSTANTS", "LINK_DEFAULTS", "FITTABLE"]
+__all__ = ["Constants", "DEFAULT_CONSTANTS", "LINK_DEFAULTS", "NCCL_CALL_LATENCY_S", "FITTABLE"]
 
 # --- Links ------------------------------------------------------------------------------
 # Per kind: (per-step latency alpha in seconds, usable fraction of the nominal per-direction
 # bandwidth for large messages).
 # * NVLink/NVSwitch: nccl-tests all_reduce_perf on DGX A100 reaches ~230 GB/s bus bandwidth at
 #   1 GiB on 8 GPUs against 300 GB/s per direction (vTrain's A100 NCCL tables,
-#   ../shared/validation/VTRAIN.md: 229 GB/s) -> 0.77; NCCL's per-hop NVLink latency is ~1 us
-#   (NCCL src/graph/tuning.cc hwLat for NVLink, LL128 protocol ~0.6-1.0 us).
+#   ../shared/validation/VTRAIN.md: 229 GB/s) -> 0.77; the per-step NVLink latency of a ring is
+#   2.5 us: fit to vTrain's measured all-reduce tables (trace/a100/AR_GPU{2..8}_1M_1024M_LUT,
+#   2-8 GPUs, 1 MiB-1 GiB: t = 38 us + 2 (p-1) 2.5 us + 2 (p-1)/p n / 215 GB/s, mean |log
+#   ratio| 0.07), between NCCL's tuning.cc hwLat for NVLink LL128 (1.9 us) and Simple (3.4 us).
 # * InfiniBand: NCCL reaches ~90-93% of line rate on HDR/NDR (nccl-tests inter-node bus
 #   bandwidth ~23 GB/s per 200 Gb/s NIC); NCCL's network latency per step ~5 us
 #   (tuning.cc: baseLat + hwLat[NET] ~ 5-8 us for ring).
@@ -41,8 +43,8 @@ __all__ = ["Constants", "DEFAULT_CONSTANTS", "LINK_DEFAULTS", "FITTABLE"]
 #   transport; cloud VMs without EFA/GPUDirect).
 # * PCIe Gen4 x16: 32 GB/s per direction nominal, ~0.75 usable through the host bridge.
 LINK_DEFAULTS: Mapping[str, tuple[float, float]] = MappingProxyType({
-    "nvswitch": (1.0e-6, 0.77),
-    "nvlink": (1.0e-6, 0.77),
+    "nvswitch": (2.5e-6, 0.77),
+    "nvlink": (2.5e-6, 0.77),
     "xgmi": (1.5e-6, 0.70),
     "pcie": (3.0e-6, 0.75),
     "infiniband": (5.0e-6, 0.92),
@@ -51,6 +53,13 @@ LINK_DEFAULTS: Mapping[str, tuple[float, float]] = MappingProxyType({
     "ethernet": (2.0e-5, 0.60),
     "none": (5.0e-6, 0.92),
 })
+
+# Fixed cost of one collective call, above its per-step latencies: NCCL's kernel launch, channel
+# set-up and small-message protocol work. 38 us is the intercept of the fit above to vTrain's
+# measured nccl-tests all-reduce tables (A100, NCCL of 2023); NCCL's own tuner charges a
+# baseLat of 8.4 us for Ring/Simple (src/graph/tuning.cc), a lower bound. A cluster carries it
+# as ``ClusterSpec.collective_latency_s``.
+NCCL_CALL_LATENCY_S = 38e-6
 
 
 @dataclass(frozen=True)
@@ -91,7 +100,7 @@ class Constants:
     # This is a calibration constant shared by every GPU and case, set so that the per-layer
     # times of Korthikanti et al. 2022 Table 4 and the end-to-end runs in shared/validation agree
     # on average; ``planner calibrate`` refits it for a user's cluster.
-    TRAINING_KERNEL_EFFICIENCY: float = 0.84
+    TRAINING_KERNEL_EFFICIENCY: float = 0.855
 
     # Streaming (memory-bound) kernels reach 85-90% of HBM spec bandwidth (RRZE gpu-stream:
     # A100 85-99%; QuACK on H100 ~90%); fused-but-unoptimised PyTorch elementwise chains are
@@ -108,19 +117,23 @@ class Constants:
     FLASH_ATTENTION_EFFICIENCY: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({"ampere": 0.55, "hopper": 0.45, "blackwell": 0.37, "other": 0.40}), hash=False)
 
     # --- Memory ------------------------------------------------------------------------------
-    # PyTorch's caching allocator keeps freed blocks; fragmentation typically costs 5-15% on top of
-    # what is allocated (Megatron/torch memory reports: max_reserved / max_allocated ~1.05-1.15).
-    # Only memory that is allocated and freed during the step fragments: activations, logits and
-    # ZeRO-3's gathered layers. Model states sit in buffers allocated once at start-up (Megatron-core
-    # ParamAndGradBuffer and the distributed optimizer's shards; DeepSpeed's flat fp16/fp32
-    # partitions with contiguous_gradients; PyTorch DDP's gradient buckets), so the reserve is 10%
-    # of the dynamic bytes only. Charging it on the model states too rejected layouts that NVIDIA
-    # runs in production (NeMo's H100 Nemotron-4 340B pre-training config, TP8/PP8/VP12 without
-    # recompute, needs 76.7 GiB of states, activations and buffers by this model: 96% of 79.6 GiB).
-    ALLOCATOR_RESERVE_FRACTION: float = 0.10
-    # CUDA context, cuBLAS/cuDNN workspaces and NCCL buffers: ~1.5-3 GiB per GPU in practice
-    # (CUDA context ~0.5-0.8 GiB; NCCL channel buffers 4 MiB x channels x peers; cuBLAS workspace).
+    # The caching allocator's reserve over what tensors hold is a property of the engine (its
+    # allocation pattern), measured per engine: planner.engines MemoryProfile.reserve_fraction,
+    # charged on what is allocated and freed within the step (planner.cost.memory_peak).
+    # Device memory outside PyTorch's allocator, so in no torch counter but in what the GPU must
+    # have: the CUDA context with its loaded kernels (~0.5-0.8 GiB on Hopper with lazy module
+    # loading), cuBLAS/cuDNN handles and NCCL's per-communicator channel buffers (NCCL_BUFFSIZE
+    # 4 MiB x channels x peers x protocols, over the TP/PP/DP/CP communicators a 3-D job opens):
+    # ~1.5-3 GiB per GPU in practice; a same-process measurement of nvidia-smi minus torch's
+    # reserved bytes on an 8-GPU FSDP2 job shows 5.8-7.3 GiB (ISEEKYAN/Megatron-LM#150), NVLS
+    # buffers included. 2.5 GiB is kept as the typical figure; Transformer Engine's TP-overlap
+    # userbuffers are added where a plan uses them (planner.cost.memory.tp_overlap_buffer_bytes).
     FRAMEWORK_BUFFER_BYTES: float = 2.5 * 2**30
+    # Fraction of the GPU's capacity a plan leaves free (plan, estimate, --memory-margin): the
+    # memory model's stated error bound. Its predictions of the reserved peak fall within -5%..+15%
+    # of the published measurements (validation/memory_runs.json, benchmarks/memory_by_source.py),
+    # none more than 5% under, so a prediction at 95% of the capacity is a job that fits.
+    MEMORY_MARGIN_FRACTION: float = 0.05
 
     # --- Overlap -----------------------------------------------------------------------------
     # Megatron overlaps the backward TP all-reduce of the input gradient with the weight-gradient
@@ -135,14 +148,40 @@ class Constants:
 
 
     # --- Optimizer ---------------------------------------------------------------------------
-    # Fused Adam with fp32 master weights and two fp32 moments: reads and writes 12 B of state
-    # plus the gradient and the 16-bit weight copy: ~28-30 B of HBM traffic per locally held
-    # parameter (kernel_throughput.md sec. 5.9, derived).
-    OPTIMIZER_BYTES_PER_PARAM: float = 30.0
+    # Mixed-precision Adam per locally held parameter, HBM bytes: unscale and overflow check of
+    # the 16-bit gradient (2), grad-norm pass (2), 16-bit -> fp32 gradient copy (6), fused Adam
+    # over fp32 master weight and two moments (read 16, write 12), fp32 -> 16-bit weight copy (6):
+    # ~40 B. Measured: vtrain_single's per-step intercept at tp1 is 38-40 ms for 1.31 B parameters
+    # per GPU, the same at dp 2/4/8, i.e. ~29 ns = 40 B per parameter at 0.7 x 2.0 TB/s
+    # (kernel_throughput.md sec. 5.9 derives 28-30 B for the Adam kernel alone).
+    OPTIMIZER_BYTES_PER_PARAM: float = 40.0
 
-    # Per-step fixed cost outside the layers (data loader, logging, loss scaling checks, grad
-    # norm all-reduce launch): a few ms in Megatron logs.
-    STEP_OVERHEAD_S: float = 0.02
+    # Per-step fixed cost outside the layers and the optimizer (data loader, logging, loss-scale
+    # checks, grad-norm all-reduce launch): the per-step intercept of vtrain_single's tp8 runs
+    # (step time against micro-batch count at a fixed configuration, where the optimizer is
+    # tiny) is 0.9-3.5 ms; "a few ms" in Megatron logs.
+    STEP_OVERHEAD_S: float = 0.003
+
+    # --- Host (CPU) side of a training step ------------------------------------------------------
+    # Eager PyTorch issues every kernel from Python (module call, autograd, dispatcher, hooks).
+    # Small layers are bound by that host time, not the GPU: vtrain_single's step times, split
+    # into a part per layer and micro-batch, show a floor of 3.0-3.4 ms that does not change with
+    # the hidden size (1024 vs 2048) or the tensor degree (1-4) although the GPU work changes 4-8x
+    # (Megatron-DeepSpeed, A100). vTrain's own simulator replays these inter-kernel gaps from
+    # CUPTI traces (VIA-Research/vTrain src/predictor.py parse_traces). Over the ~44 kernels a
+    # dense layer launches as compute.layer_kernels counts them, that is 70 us per modelled
+    # kernel (real layers launch ~2x more small ops: ~35 us each). The host and the device
+    # overlap only as far as the CPU can run ahead (collectives and syncs stop it), so a
+    # layer takes (g^k + h^k)^(1/k) for GPU time g and host time h, with k = 1.75 (k = 1: sum,
+    # k -> inf: max) the exponent that fits both regimes of that file. These two values are
+    # identified on the only published runs small enough to expose the host; on large layers
+    # (tens of ms of GPU time) they add under 1%. A CUDA-graph or compiled engine launches from
+    # far less host code and would have a lower figure.
+    HOST_SECONDS_PER_KERNEL: float = 70e-6
+    HOST_DEVICE_OVERLAP_EXPONENT: float = 1.75
+    # Kernels of the output layer and the loss (logits GEMM fwd/bwd, vocab-parallel softmax and
+    # cross-entropy, their reductions and casts) and of the embedding: ~23 (same accounting).
+    HOST_LOGITS_KERNELS: float = 23.0
 
 
     # --- Modern training: FP8, context parallelism, MoE, long context (docs/cost_model_modern.md) --
@@ -185,6 +224,12 @@ class Constants:
         """A copy with ``values`` changed (unknown names raise TypeError)."""
         return replace(self, **values)
 
+    def __repr__(self) -> str:
+        """Only what differs from the published values: ``Constants(published)`` or the changes."""
+        base = _published()
+        changed = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if getattr(self, f.name) != getattr(base, f.name)]
+        return "Constants(" + (", ".join(changed) if changed else "published") + ")"
+
     def flash_attention_efficiency(self, generation: str) -> float:
         return self.FLASH_ATTENTION_EFFICIENCY[generation]
 
@@ -197,6 +242,10 @@ class Constants:
 
 
 DEFAULT_CONSTANTS = Constants()
+
+
+def _published() -> Constants:
+    return DEFAULT_CONSTANTS
 
 # The efficiencies ``planner calibrate`` may fit (dimensionless, in (0, 1]); the scale-out link
 # efficiency is a property of the cluster (``InterNodeNetwork.efficiency``), fitted as

@@ -137,6 +137,7 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig,
         "cp_comm_exposed_s": m * crit["cp_comm"],
         "ep_comm_exposed_s": m * crit["ep_comm"],
         "pp_comm_exposed_s": m * crit["pp_comm"],
+        "host_exposed_s": m * crit["host"],
         "bubble_s": parts.bubble_s,
         "dp_comm_exposed_s": parts.sync_s,
         "optimizer_s": parts.optimizer_s,
@@ -158,12 +159,14 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig,
         f"pp comm ({links['pp'].link})": breakdown["pp_comm_exposed_s"],
         f"cp comm ({links['cp'].link})": breakdown["cp_comm_exposed_s"],
         f"ep comm ({links['ep'].link})": breakdown["ep_comm_exposed_s"],
+        "host (kernel launches)": breakdown["host_exposed_s"],
     }
     bound = max(bound_terms, key=bound_terms.get)
-    if peak_mem > cap:
+    usable = cap * (1.0 - C.MEMORY_MARGIN_FRACTION)
+    if peak_mem > usable:
         bound = "memory (does not fit)"
-    elif peak_mem > 0.95 * cap:
-        notes.append(f"memory headroom {100 * (1 - peak_mem / cap):.1f}%: little room for fragmentation beyond the modelled reserve")
+    elif peak_mem > cap - 2 * (cap - usable):
+        notes.append(f"memory headroom {100 * (1 - peak_mem / cap):.1f}% of capacity: within twice the {100 * C.MEMORY_MARGIN_FRACTION:.0f}% margin")
     return Estimate(
         step_time_s=step,
         tokens_per_s=gbs * s / step,
@@ -178,6 +181,7 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig,
         stages=stages,
         memory_peak_bytes=peak_mem,
         memory_capacity_bytes=cap,
+        memory_margin=C.MEMORY_MARGIN_FRACTION,
         num_microbatches=m,
         layers_per_stage=tuple(lps),
         bound=bound,

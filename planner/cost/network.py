@@ -79,7 +79,8 @@ class Topology:
         self.gpus_per_node = cluster.gpus_per_node
         self.domain_gpus = cluster.nvlink_domain
         nvls = nvls_efficiency(cluster.intra.kind, getattr(cluster.gpu, "nvlink_generation", 0))
-        self.scale_up = Level(cluster.intra.kind, cluster.intra.usable_bytes_per_s, cluster.intra.latency_s, nvls)
+        call = cluster.collective_latency_s
+        self.scale_up = Level(cluster.intra.kind, cluster.intra.usable_bytes_per_s, cluster.intra.latency_s, nvls, call)
         inter = cluster.inter
         parsed = tuple(cluster.tiers if tiers is None else tiers)
         if parsed:
@@ -96,7 +97,7 @@ class Topology:
         levels, ratio = [], 1.0
         for t in parsed:
             ratio *= t.oversubscription
-            levels.append(Level(f"{inter.kind}:{t.name}", nic / ratio, inter.latency_s))
+            levels.append(Level(f"{inter.kind}:{t.name}", nic / ratio, inter.latency_s, 0.0, call))
         self.network = tuple(levels)
         self.nic_bytes_per_s_per_gpu = nic
 

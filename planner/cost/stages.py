@@ -14,14 +14,15 @@ from functools import lru_cache
 from planner.cost import memory as M
 from planner.cost.comm import (GroupLinks, alltoall_time, cp_ring_exposed, cp_ring_time, group_links,
                                moe_dispatch_bytes, p2p_time, tp_allreduce_time)
-from planner.cost.compute import layer_times, logits_times, moe_load_factor
+from planner.cost.compute import layer_kernels, layer_times, logits_times, moe_load_factor
 from planner.cost.constants import Constants
 from planner.cost.flops import kv_exchange_width
+from planner.cost.memory_peak import stage_peak
 from planner.engines.profile import Engine
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
 __all__ = ["layer_costs", "stage_time_parts", "dense_in", "dense_counts", "stage_memory", "stage_sync", "overlap_exposed",
-           "embedding_sync_time", "StageSync"]
+           "embedding_sync_time", "StageSync", "host_exposed"]
 
 
 def _per_rank_links(g: GroupLinks, cluster: ClusterSpec) -> GroupLinks:
@@ -82,19 +83,33 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
     def cost(lt, moe: bool) -> dict[str, float]:
         a2a = 2 * t_a2a if moe else 0.0
         recomp = lt.fwd_s if full else (lt.fwd_attn_s if rec == "selective" else 0.0)
-        return {
+        out = {
             "compute": lt.fwd_s + lt.bwd_s,
             "recompute": recomp,
             "tp_comm": tp_fwd + tp_bwd + (tp_fwd if full else 0.0),
             "cp_comm": cp_fwd + cp_bwd + (cp_fwd if full else 0.0),
             "ep_comm": 2 * a2a + (a2a if full else 0.0),
         }
+        kf, kb = layer_kernels(model, tp, sp, flash, moe, ep)
+        out["host"] = host_exposed(sum(out.values()), C.HOST_SECONDS_PER_KERNEL * (kf + kb + (kf if full else 0)), C)
+        return out
 
     lg_f, lg_b = logits_times(model, gpu, prec, mb, s, tp, cp, C)
+    lg_b += host_exposed(lg_f + lg_b, C.HOST_SECONDS_PER_KERNEL * C.HOST_LOGITS_KERNELS, C)
     t_p2p = p2p_time(links["pp"], act_bytes / tp)
     raw = {"t_tp": t_tp, "t_cp": t_cp_f, "t_a2a": t_a2a, "t_p2p": t_p2p, "bwd_dense_s": lt_d.bwd_s, "fwd_dense_s": lt_d.fwd_s,
            "tp_fwd_exposed_s": tp_fwd, "tp_bwd_exposed_s": tp_bwd}
     return cost(lt_d, False), cost(lt_m, True), lg_f + lg_b, (2 * v * t_p2p if pp > 1 else 0.0), raw
+
+
+def host_exposed(gpu_s: float, host_s: float, C: Constants) -> float:
+    """What the host (CPU) time to issue a layer's kernels adds to its GPU time: the layer takes
+    (g^k + h^k)^(1/k) (Constants.HOST_DEVICE_OVERLAP_EXPONENT k; the CPU runs ahead of the GPU
+    only so far), i.e. about h when the layer is host-bound and almost nothing when g >> h."""
+    k = C.HOST_DEVICE_OVERLAP_EXPONENT
+    if host_s <= 0:
+        return 0.0
+    return (gpu_s ** k + host_s ** k) ** (1.0 / k) - gpu_s
 
 
 def stage_time_parts(costs: tuple, n: int, n_dense: int, last: bool) -> dict[str, float]:
@@ -126,36 +141,9 @@ def dense_counts(model: ModelSpec, lps: tuple) -> list[int]:
 def stage_memory(model: ModelSpec, job: Job, par: ParallelConfig, stage: int, n: int, params: dict, m: int, C: Constants,
                  engine: Engine) -> M.StageMemory:
     """Bytes per GPU on pipeline stage ``stage`` holding ``n`` layers whose parameters are
-    ``params`` (from :func:`planner.cost.memory.stage_params`) with ``m`` micro-batches."""
-    mb, s, tp, cp, pp, v = par.micro_batch_size, job.seq_len, par.tp, par.cp, par.pp, par.vpp
-    sp = bool(par.sequence_parallel and tp > 1)
-    flash = par.attention == "flash"
-    has_moe = model.moe is not None and model.moe_layers > 0
-    shard = par.zero_shard_degree or par.dp * par.cp
-    bpp = M.bytes_per_param(job.precision, par.zero, shard, job.grad_reduce, C)
-    bpp_e = M.bytes_per_param(job.precision, par.zero, max(1, shard * par.tp // (par.ep * (par.etp or par.tp))), job.grad_reduce, C)
-    load = moe_load_factor(model, par.ep, C)
-    a_layer = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, par.recompute, flash, has_moe, job.precision, load, C=C)
-    a_full = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, "none", flash, has_moe, job.precision, load, C=C) if par.recompute == "full" else 0.0
-    dense_p = params["layers"] + params["embedding"] + params["output"]
-    w = dense_p * bpp["weights"] + params["experts"] * bpp_e["weights"]
-    g = dense_p * bpp["gradients"] + params["experts"] * bpp_e["gradients"]
-    o = dense_p * bpp["optimizer"] + params["experts"] * bpp_e["optimizer"]
-    # GPipe runs every forward before any backward, so each stage holds all m micro-batches
-    # (Huang et al. 2019); 1F1B and interleaving bound it by the pipeline depth.
-    inflight = float(m) if par.schedule == "gpipe" else M.inflight_microbatches(stage, pp, v, m)
-    acts = a_layer * n * inflight + (a_full if n else 0.0)
-    if stage == 0:
-        u = 1.0 / tp if sp else 1.0
-        acts += mb * s / cp * model.hidden * 2 * u * inflight * (1.5 if model.bias else 1.0)  # embedding output (+ dropout mask)
-    logits = 6.0 * mb * s / cp * model.vocab / tp if stage == pp - 1 else 0.0  # 16-bit logits + fp32 softmax
-    buffers = C.FRAMEWORK_BUFFER_BYTES
-    gathered = 2 * 2 * (params["layers"] + params["experts"]) / max(1, n) if par.zero >= 3 else 0.0  # two layers in 16-bit (prefetch)
-    buffers += gathered
-    # Fragmentation comes from what is allocated and freed every micro-batch; the model states
-    # live in buffers allocated once (Constants.ALLOCATOR_RESERVE_FRACTION).
-    reserve = C.ALLOCATOR_RESERVE_FRACTION * (acts + logits + gathered)
-    return M.StageMemory(stage, n, w, g, o, acts, logits, buffers, reserve)
+    ``params`` (from :func:`planner.cost.memory.stage_params`) with ``m`` micro-batches, at the
+    stage's peak moment as its engine reaches it (:func:`planner.cost.memory_peak.stage_peak`)."""
+    return stage_peak(model, job, par, stage, n, params, m, C, engine, moe_load_factor(model, par.ep, C))
 
 
 def overlap_exposed(comm_s: float, window_s: float, C: Constants) -> float:

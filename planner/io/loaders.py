@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from planner.cost.constants import LINK_DEFAULTS
+from planner.cost.constants import LINK_DEFAULTS, NCCL_CALL_LATENCY_S
 from planner.errors import InputError
 from planner.io.presets import read_preset
 from planner.io import schema as V
@@ -253,7 +253,8 @@ def make_cluster(
     tiers = ()
     if inter_node and inter_node.get("tiers") is not None:
         tiers = tiers_from_list(inter_node["tiers"])
-    return ClusterSpec(name=name, gpu=g, num_gpus=num_gpus, gpus_per_node=gpn, intra=_intra(g, intra), inter=_inter(inter_node), tiers=tiers)
+    return ClusterSpec(name=name, gpu=g, num_gpus=num_gpus, gpus_per_node=gpn, intra=_intra(g, intra), inter=_inter(inter_node), tiers=tiers,
+                       collective_latency_s=NCCL_CALL_LATENCY_S)
 
 
 def load_cluster(name_or_path: str, num_gpus: int | None = None) -> ClusterSpec:

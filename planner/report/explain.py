@@ -34,6 +34,7 @@ _TERMS = (  # breakdown key, label, comm kind (for the link and the hidden part)
     ("cp_comm_exposed_s", "context-parallel comm", "cp"),
     ("ep_comm_exposed_s", "expert all-to-all", "ep"),
     ("pp_comm_exposed_s", "pipeline send/recv", "pp"),
+    ("host_exposed_s", "host (kernel launch) time", None),
     ("bubble_s", "pipeline bubble", None),
     ("dp_comm_exposed_s", "data-parallel/ZeRO comm", "dp"),
     ("optimizer_s", "optimizer step", None),

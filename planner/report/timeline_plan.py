@@ -149,8 +149,11 @@ def stage_phases(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parallel
         tp_r = max(0.0, cost["tp_comm"] - tp_f - tp_b) if full else 0.0  # the recomputed forward's all-reduces
         rest = cost["cp_comm"] + cost["ep_comm"]
         share = rest / (3 if full else 2)
-        return (comp_f + tp_f + share, cost["compute"] - comp_f + tp_b + share,
-                cost["recompute"] + tp_r + (share if full else 0.0))
+        # the host (launch) time follows the kernels: a third in forward, two in backward
+        host = cost.get("host", 0.0)
+        h_f, h_b, h_r = (host / 4, host / 2, host / 4) if full else (host / 3, 2 * host / 3, 0.0)
+        return (comp_f + tp_f + share + h_f, cost["compute"] - comp_f + tp_b + share + h_b,
+                cost["recompute"] + tp_r + (share if full else 0.0) + h_r)
 
     per_d, per_m = split(cost_d), split(cost_m)
     out = []

@@ -68,6 +68,16 @@ def _pick(fixed: dict, name: str, options):
     return list(options)
 
 
+def _natural_vpp(layers: int, pp: int, v: int, eng: Engine) -> bool:
+    """The virtual-stage counts the search tries: those whose chunks hold equal numbers of
+    layers (v divides the layers), counting the embedding and the loss as layers where the
+    engine does (Megatron's account-for-embedding/loss split: (L + 2) / (pp v) slots a chunk).
+    Other counts give chunks differing by a layer, which engines with a pipeline layout run
+    (a fixed vpp is accepted), but they only trade the bubble against send/recv like their
+    neighbours do."""
+    return (layers % v == 0 and layers // v >= pp) or (eng.embedding_in_split and (layers + 2) % (pp * v) == 0)
+
+
 def to_parallel(t: tuple, fixed: dict | None = None) -> ParallelConfig:
     """The ParallelConfig of a candidate tuple, with the fixed engine-decided fields; the rest
     stay None for :func:`planner.engines.resolve`."""
@@ -125,10 +135,13 @@ def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: Sea
         else:
             top = max(opts.max_vpp, fx.get("vpp") or 0)  # a fixed vpp may exceed the searched range
             lps_fixed = tuple(fx["layers_per_stage"]) if fx.get("layers_per_stage") else None
-            vpps = [1] + [v for v in range(2, top + 1) if interleave and
+            vpps = [1] + [v for v in range(2, top + 1) if interleave and _natural_vpp(model.layers, pp, v, eng) and
                           interleaving_ok(lps_fixed or default_split(model, pp, v, eng), v, eng)]
-        if fx.get("vpp") is not None:  # a fixed vpp must still satisfy the pipeline's rules
-            vpps = [fx["vpp"]] if fx["vpp"] in vpps else []
+        if fx.get("vpp") is not None:
+            # A fixed vpp is taken wherever the engine runs it (uneven chunks included).
+            v = fx["vpp"]
+            lps = tuple(fx["layers_per_stage"]) if fx.get("layers_per_stage") else default_split(model, pp, v, eng)
+            vpps = [v] if v == 1 or (pp > 1 and interleave and interleaving_ok(lps, v, eng)) else []
         for mb, ep, z, rec, v in itertools.product(mbs, eps, zeros, recs, vpps):
             if v > 1 and (per_rank // mb) % pp:
                 continue  # interleaving needs the micro-batch count divisible by pp

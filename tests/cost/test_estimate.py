@@ -2,8 +2,9 @@
 pipeline bubble, the seed chapter's GPipe example, and the utilisation definitions.
 
 Alpha-beta costs (Hockney; Thakur, Rabenseifner & Gropp 2005 Table 1), f = (p - 1)/p:
-ring allreduce 2(p-1) a + 2 f n/B, rec. halving-doubling 2 log2(p) a + 2 f n/B, double tree
-2 log2(p) a + 2 n/B; send/recv a + n/B. Megatron's tensor parallelism all-reduces the
+ring allreduce 2(p-1) a + 2 f n/B, double tree 2 log2(p) a + 2 n/B; send/recv a + n/B; every
+call also pays the cluster's fixed collective latency c (NCCL's launch and set-up,
+ClusterSpec.collective_latency_s). Megatron's tensor parallelism all-reduces the
 b s h activation twice forward and twice backward per layer (Narayanan 2021 sec. 3.2), the
 backward pair half hidden behind the weight-gradient GEMM (constants.TP_BWD_OVERLAP_FRACTION).
 """
@@ -32,6 +33,10 @@ def intra(cluster):
     return cluster.intra.latency_s, cluster.intra.bandwidth_bytes_per_s * cluster.intra.efficiency
 
 
+def call(cluster):
+    return cluster.collective_latency_s
+
+
 def _tp_comm_of(est):
     return next(c for c in est.comm if c["kind"] == "tp")
 
@@ -46,11 +51,11 @@ def test_tp2_allreduce_by_hand(sp):
     par = ParallelConfig(tp=2, pp=1, dp=4, micro_batch_size=2, sequence_parallel=sp, tp_comm_overlap=False)
     est = estimate(model, cluster, job, par)
     a, B = intra(cluster)
-    assert (a, B) == (1e-6, 300e9 * 0.77)
+    assert (a, B) == (pytest.approx(2.5e-6), 300e9 * 0.77)
     n = 2 * 2048 * 2048 * 2  # b s h in 16-bit
-    # p = 2: ring = rhd = 2a + n/B < tree 2a + 2n/B. With SP: reduce-scatter + all-gather,
-    # each a + n/(2B): the same total.
-    t = 2 * a + n / B
+    # p = 2: ring 2a + n/B < tree 2a + 2n/B. With SP: reduce-scatter + all-gather, each
+    # a + n/(2B): the same total, but two calls.
+    t = 2 * a + n / B + (2 if sp else 1) * call(cluster)
     m = est.num_microbatches
     assert m == 32 // (2 * 4)
     per_layer_exposed = 2 * t + 2 * t * (1 - C.TP_BWD_OVERLAP_FRACTION)
@@ -65,12 +70,12 @@ def test_tp_full_recompute_adds_forward_allreduces():
     model = gpt(16, 2048, 16)
     cluster = make_cluster("a100-sxm4-80gb", 8)
     job = Job(seq_len=2048, global_batch_size=32, precision="bf16")
-    base = estimate(model, cluster, job, ParallelConfig(tp=4, dp=2, micro_batch_size=1, tp_comm_overlap=False))
-    full = estimate(model, cluster, job, ParallelConfig(tp=4, dp=2, micro_batch_size=1, recompute="full", tp_comm_overlap=False))
+    base = estimate(model, cluster, job, ParallelConfig(tp=4, dp=2, micro_batch_size=1, sequence_parallel=False))
+    full = estimate(model, cluster, job, ParallelConfig(tp=4, dp=2, micro_batch_size=1, recompute="full", sequence_parallel=False))
     a, B = intra(cluster)
     n = 1 * 2048 * 2048 * 2
-    # p = 4: rhd 4a + 1.5 n/B beats ring (6a + 1.5 n/B) and tree (4a + 2 n/B).
-    t = 4 * a + 1.5 * n / B
+    # p = 4: ring 6a + 1.5 n/B beats the tree 4a + 2 n/B at 8 MiB (NCCL has no halving-doubling).
+    t = 6 * a + 1.5 * n / B + call(cluster)
     m = base.num_microbatches
     assert base.time_breakdown_s["tp_comm_exposed_s"] == pytest.approx(m * 16 * 3 * t, rel=1e-12)
     assert full.time_breakdown_s["tp_comm_exposed_s"] == pytest.approx(m * 16 * 5 * t, rel=1e-12)
@@ -83,18 +88,18 @@ def test_pp_p2p_and_dp_allreduce_by_hand():
     model = gpt(16, 2048, 16)
     cluster = make_cluster("a100-sxm4-80gb", 8)
     job = Job(seq_len=2048, global_batch_size=32, precision="fp16")
-    par = ParallelConfig(tp=2, pp=2, dp=2, micro_batch_size=1, overlap_grad_reduce=False)
+    par = ParallelConfig(tp=2, pp=2, dp=2, micro_batch_size=1, overlap_grad_reduce=False, zero=0)
     est = estimate(model, cluster, job, par)
     a, B = intra(cluster)
     m = est.num_microbatches
     # pp group {r, r+4} inside one 8-GPU node: one send per direction per micro-batch of b s h / t.
-    t_p2p = a + (1 * 2048 * 2048 * 2 / 2) / B
+    t_p2p = a + (1 * 2048 * 2048 * 2 / 2) / B + call(cluster)
     assert est.time_breakdown_s["pp_comm_exposed_s"] == pytest.approx(m * 2 * t_p2p, rel=1e-12)
     # dp group of 2 (stride tp = 2): ring allreduce 2a + n/B of each stage's fp16 gradients;
     # the larger stage (the last: same layers + the tied output copy) sets the time.
     params = [M.stage_params(model, 8, i, 2, 2, 1, n_dense=8) for i in range(2)]
     grad = max(p["layers"] + p["embedding"] + p["output"] for p in params) * 2
-    t_dp = 2 * a + grad / B
+    t_dp = 2 * a + grad / B + call(cluster)
     dp = next(c for c in est.comm if c["kind"] == "dp")
     assert dp["time_s"] == pytest.approx(t_dp, rel=1e-12)
     assert est.time_breakdown_s["dp_comm_exposed_s"] == pytest.approx(t_dp, rel=1e-12)  # no overlap asked
@@ -114,7 +119,7 @@ def test_dp_across_nodes_by_hand():
     grad = (p["layers"] + p["embedding"] + p["output"]) * 4  # fp32 main gradients (bf16)
     dp = next(c for c in est.comm if c["kind"] == "dp")
     assert dp["link"] == "infiniband"
-    assert dp["time_s"] == pytest.approx(2 * a_net + grad / b_net, rel=1e-12)
+    assert dp["time_s"] == pytest.approx(2 * a_net + grad / b_net + call(cluster), rel=1e-12)
 
 
 # --- pipeline bubble -----------------------------------------------------------------------------
@@ -129,7 +134,8 @@ def test_bubble_is_sum_minus_max_over_v_and_breakdown_sums_to_step(pp, vpp, gbs)
     t = est.stage_times_s
     m = est.num_microbatches
     assert len(t) == pp
-    # Stages with the same layers (all but the last, which adds the output layer) take equal time.
+    # Stages with the same layers (all but the last, which adds the output layer and the loss,
+    # with their host-side launch floor, Constants.HOST_LOGITS_KERNELS) take equal time.
     assert all(x == t[0] for x in t[:-1])
     bd = est.time_breakdown_s
     assert bd["bubble_s"] == pytest.approx((sum(t) - max(t)) / vpp, rel=1e-12)
@@ -137,9 +143,9 @@ def test_bubble_is_sum_minus_max_over_v_and_breakdown_sums_to_step(pp, vpp, gbs)
     t_pipe = est.step_time_s - bd["dp_comm_exposed_s"] - bd["optimizer_s"] - bd["embedding_sync_s"] - bd["overhead_s"]
     assert t_pipe == pytest.approx(m * max(t) + bd["bubble_s"], rel=1e-12)
     # The p - 1 equal stages make the bubble exactly (p - 1) t_stage / v (Narayanan 2021 sec. 2.2);
-    # with the last stage's output layer only ~1% heavier, t_pipe is (m + (p - 1)/v) t_stage
+    # with the last stage's output layer a few % heavier, t_pipe is (m + (p - 1)/v) t_stage
     # within that difference.
-    assert max(t) == t[-1] and (t[-1] - t[0]) / t[0] < 0.02
+    assert max(t) == t[-1]
     assert bd["bubble_s"] == pytest.approx((pp - 1) * t[0] / vpp, rel=1e-12)
     assert t_pipe == pytest.approx((m + (pp - 1) / vpp) * t[0], rel=(t[-1] - t[0]) / t[0] + 1e-12)
     assert bd["bubble_s"] / (m * t[0]) == pytest.approx((pp - 1) / (vpp * m), rel=1e-12)

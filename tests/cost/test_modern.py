@@ -110,7 +110,7 @@ def test_cp_ring_closed_form_and_overlap():
     assert links.size == 16 and links.m == 16  # stride tp = 8: every CP rank on another node
     kv = 2 * 8192 * 256  # bytes of one K+V block: 8192 local tokens x 256 elements x 2 B
     lvl = links.inter
-    t = 15 * (lvl.latency_s + kv / lvl.bandwidth_bytes_per_s)
+    t = 15 * (lvl.latency_s + kv / lvl.bandwidth_bytes_per_s + c.collective_latency_s)  # each step a send/recv call
     assert cp_ring_time(links, kv) == pytest.approx(t)
     # long attention: every transfer hides behind the (cp-1)/cp of attention it overlaps
     assert cp_ring_exposed(links, kv, 10 * t, 30 * t) == (0.0, 0.0)
@@ -186,7 +186,7 @@ def test_moe_dispatch_bytes_and_alltoall_links():
     assert ep.size == 64 and ep.k == 8 and ep.m == 8 and ep.link == "infiniband"
     n = 1e8
     # pairwise: 56/64 of the buffer leaves the node through this rank's NIC share
-    t_out = 7 * ep.inter.latency_s + n * 56 / 64 / ep.inter.bandwidth_bytes_per_s
+    t_out = 7 * ep.inter.latency_s + n * 56 / 64 / ep.inter.bandwidth_bytes_per_s + c.collective_latency_s
     assert ep.time("alltoall", n) == pytest.approx(t_out)
     intra = group_links(c, ParallelConfig(tp=1, pp=16, dp=128, ep=8))["ep"]
     assert intra.link == "nvswitch"

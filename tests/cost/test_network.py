@@ -27,9 +27,11 @@ def test_chapter_2_to_1_oversubscription():
     same_rack, cross_rack = topo.group(2, 1), topo.group(2, 2)
     assert same_rack.inter.bandwidth_bytes_per_s * 8 == pytest.approx(10e9)
     assert cross_rack.inter.bandwidth_bytes_per_s * 8 == pytest.approx(5e9)
-    # 1 GB send: 1e9 * 8 / 10e9 = 0.8 s inside the rack, 1.6 s across it.
-    assert topo.collective("sendrecv", 1e9, 2, 1).time_s == pytest.approx(0.8)
-    assert topo.collective("sendrecv", 1e9, 2, 2).time_s == pytest.approx(1.6)
+    # 1 GB send: 1e9 * 8 / 10e9 = 0.8 s inside the rack, 1.6 s across it (plus NCCL's fixed
+    # per-call cost, negligible here).
+    call = c.collective_latency_s
+    assert topo.collective("sendrecv", 1e9, 2, 1).time_s == pytest.approx(0.8 + call)
+    assert topo.collective("sendrecv", 1e9, 2, 2).time_s == pytest.approx(1.6 + call)
 
 
 def test_levels_and_bandwidths():
@@ -63,9 +65,10 @@ def test_priced_on_slowest_level():
     topo = dgx_h100()
     in_leaf = topo.collective("allreduce", 2**30, 4, 8)  # nodes 0..3
     across = topo.collective("allreduce", 2**30, 8, 8)  # nodes 0..7
-    # 1 GiB over 4 ranks at 46 GB/s: ring 2*3/4 n/B; over 8 at 23 GB/s: 2*7/8 n/B
-    assert in_leaf.time_s == pytest.approx(2 * 3 / 4 * 2**30 / NIC_PER_GPU, rel=1e-3)
-    assert across.time_s == pytest.approx(2 * 7 / 8 * 2**30 / (NIC_PER_GPU / 2), rel=1e-3)
+    # 1 GiB over 4 ranks at 46 GB/s: ring 2*3/4 n/B; over 8 at 23 GB/s: 2*7/8 n/B (the ring's
+    # per-step latencies and the per-call cost are under 0.5% of these)
+    assert in_leaf.time_s == pytest.approx(2 * 3 / 4 * 2**30 / NIC_PER_GPU, rel=5e-3)
+    assert across.time_s == pytest.approx(2 * 7 / 8 * 2**30 / (NIC_PER_GPU / 2), rel=5e-3)
 
 
 def test_default_single_tier_matches_cluster_levels():

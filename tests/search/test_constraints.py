@@ -18,7 +18,7 @@ import pytest
 
 from planner.cost.constants import DEFAULT_CONSTANTS as C
 from planner.cost.estimate import estimate
-from planner.engines import get_engine
+from planner.engines import get_engine, least_layers
 from planner.io.loaders import load_gpu, load_model, make_cluster
 from planner.search.plan import plan
 from planner.search.space import SearchOptions
@@ -80,7 +80,8 @@ def test_every_plan_satisfies_every_constraint(name):
         eng = get_engine(opts.engine)
         if par.vpp > 1:
             assert par.pp > 1 and m % par.pp == 0
-            assert min(lps) >= par.vpp and (eng.uneven_interleaving or all(x % par.vpp == 0 for x in lps))
+            assert all(x >= least_layers(i, par.pp, par.vpp, eng) for i, x in enumerate(lps))
+            assert eng.uneven_interleaving or all(x % par.vpp == 0 for x in lps)
             assert par.schedule == "interleaved"
         if par.pp > 1:
             assert eng.mode(par.zero).with_pp
