@@ -392,7 +392,9 @@ def test_terminal_pictures_script_records_the_plan(tmp_path, monkeypatch):
     spec.loader.exec_module(tp)
     assert {"plan", "plan-explain", "check"} <= set(tp.PICTURES)  # check: the hook for `planner check`
     monkeypatch.setattr(tp, "OUT", tmp_path)
-    path = tp.picture("plan")
+    monkeypatch.setitem(tp.PICTURES, "small", (["plan", *SMALL, "--top", "2"], "planner plan (small)"))
+    path = tp.picture("small")
+    assert tp.picture("check") is None or tp.PICTURES["check"][0] is not None
     svg = path.read_text()
     ET.fromstring(svg)
     assert "recommended:" in svg.replace("&#160;", " ") and "https://cdnjs" not in svg
