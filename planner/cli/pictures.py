@@ -13,6 +13,7 @@ from planner.cli import options as O
 from planner.cli.app import app
 from planner.errors import InputError, NoFeasiblePlan
 from planner.report.tables import compact_table, console, fmt_time, fmt_tokens, track
+from planner.units import gib, plural
 
 __all__ = ["timeline_cmd", "chart_app", "memory_chart_cmd", "scaling_chart_cmd", "parse_counts"]
 
@@ -96,8 +97,8 @@ def memory_chart_cmd(plan: PlanArg, out: OutOpt, rank: RankOpt = 1, force: Force
     title = (f"{(doc.get('model') or {}).get('name', 'model')}: memory per GPU by stage "
              f"(tp={par.get('tp')} pp={par.get('pp')} mb={par.get('micro_batch_size')} {par.get('recompute')} zero={par.get('zero')})")
     written = write_memory_chart(stages, pred.get("memory_capacity_bytes", 0), out, force=force, title=title)
-    console().print(f"wrote {written}: {len(stages)} stages, peak {pred.get('memory_peak_bytes', 0) / 2**30:.1f} GiB "
-                    f"of {pred.get('memory_capacity_bytes', 0) / 2**30:.1f} GiB")
+    console().print(f"wrote {written}: {plural(len(stages), 'stage')}, peak {gib(pred.get('memory_peak_bytes', 0))} GiB "
+                    f"of {gib(pred.get('memory_capacity_bytes', 0))} GiB")
 
 
 def parse_counts(text: str) -> list[int]:

@@ -61,7 +61,7 @@ def recommend(res: PSResult) -> tuple[str, list[str]]:
                        f"{fmt_bytes(sh.worker_bytes_per_step)} per worker per step, "
                        f"{fmt_bytes(sh.worker_memory_bytes)} per worker.")
     else:
-        reasons.append(f"No sharding of the {m.tables} x {m.rows:,} x {m.dim} tables fits {c.worker_memory_gb:g} GB "
+        reasons.append(f"No sharding of the {m.tables} x {m.rows:,} x {m.dim} tables fits {fmt_bytes(c.worker_memory_gb * 1e9)} "
                        f"workers (row-wise needs {fmt_bytes(res.layout('row-wise').worker_memory_bytes)} each).")
     if not dp.fits:
         reasons.append(f"Replicating the tables (data-parallel) needs {fmt_bytes(dp.worker_memory_bytes)} per worker.")
@@ -200,7 +200,7 @@ def _fmt_x(x: float) -> str:
 
 def format_result(res: PSResult) -> str:
     m, c = res.model, res.cluster
-    nodes = f", {c.workers_per_node} per node ({sig(c.scaleup_gbs)} GB/s NVLink)" if c.workers_per_node > 1 else ""
+    nodes = f", {min(c.workers_per_node, c.workers)} per node ({sig(c.scaleup_gbs)} GB/s NVLink)" if c.workers_per_node > 1 else ""
     srv = f"{c.server_nic_gbps:g}" if c.server_nic_gbps else f"{c.nic_gbps:g}"
     head = (f"{m.name}: {m.tables} tables x {m.rows:,} rows x dim {m.dim}, {m.lookups} lookup(s)/sample/table, "
             f"Zipf s={m.zipf:g}, dense {m.dense_params:,} params\n"
