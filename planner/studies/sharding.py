@@ -55,6 +55,7 @@ import math
 from dataclasses import dataclass
 
 from planner.cost.collectives import Level, collective
+from planner.units import plural
 
 __all__ = ["SHARDING_TYPES", "Sharded", "shard_tables", "column_shards"]
 
@@ -104,7 +105,7 @@ def shard_tables(m, workers: int, batch: int, g: int, intra: Level, inter: Level
     ids, pooled = max(B * T * L * kb, N * t * L * kb), max(B * T * D * v, N * t * D * v)
     t_tw = _a2a(ids, k, mm, intra, inter) + 2 * _a2a(pooled, k, mm, intra, inter)
     out.append(Sharded("table_wise", t_tw, f * (ids + 2 * pooled), t * table_b * (1 + o),
-                       f"{t} table(s) on the busiest worker" + (f"; {W - T} of {W} workers own none" if T < W else "")))
+                       f"{plural(t, 'table')} on the busiest worker" + (f"; {W - T} of {W} workers own none" if T < W else "")))
 
     c = column_shards(D, T, W)
     s = math.ceil(T * c / W)
@@ -112,7 +113,7 @@ def shard_tables(m, workers: int, batch: int, g: int, intra: Level, inter: Level
     pooled_c = max(B * T * D * v, N * s * (D // c) * v)
     t_cw = _a2a(ids_c, k, mm, intra, inter) + 2 * _a2a(pooled_c, k, mm, intra, inter)
     out.append(Sharded("column_wise", t_cw, f * (ids_c + 2 * pooled_c), s * R * (D // c) * v * (1 + o),
-                       f"{c} column shard(s) of {D // c} per table, {s} on the busiest worker"))
+                       f"{plural(c, 'column shard')} of {D // c} per table, {s} on the busiest worker"))
 
     ids_r = B * T * L * kb
     partial = N * T * D * v
@@ -132,7 +133,7 @@ def shard_tables(m, workers: int, batch: int, g: int, intra: Level, inter: Level
         t_2d = _a2a(ids_2, k, mm, intra, inter) + t_rs + t_ag + 2 * t_x
         sent = f * ids_2 + 2 * ((g - 1) / g * node_partial + (nodes - 1) / nodes * cross)
         out.append(Sharded("table_row_wise", t_2d, sent, tn * table_b * (1 + o) / g,
-                           f"{tn} table(s) per node, rows over its {g} workers (NVLink), all-to-all across {nodes} nodes"))
+                           f"{plural(tn, 'table')} per node, rows over its {g} workers (NVLink), all-to-all across {nodes} nodes"))
     else:
         out.append(Sharded("table_row_wise", t_tw, f * (ids + 2 * pooled), t * table_b * (1 + o),
                            "one worker per node: the same as table-wise"))

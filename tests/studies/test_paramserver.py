@@ -247,7 +247,7 @@ def test_sharding_types_follow_torchrec_placements():
     res = evaluate(m, c)
     tw, cw, rw, twrw = (res.layout(n) for n in ("table-wise", "column-wise", "row-wise", "table-row-wise"))
     assert "56 of 64 workers own none" in tw.notes
-    assert cw.worker_memory_bytes < tw.worker_memory_bytes and "8 column shard(s) of 16" in cw.notes
+    assert cw.worker_memory_bytes < tw.worker_memory_bytes and "8 column shards of 16" in cw.notes
     assert rw.worker_memory_bytes <= twrw.worker_memory_bytes < tw.worker_memory_bytes
     assert twrw.step_s < tw.step_s  # 2D: the busiest owner's traffic spread over its node's NVLink
     from planner.studies.sharding import column_shards
