@@ -69,9 +69,11 @@ class RunResult:
         return self.measured.get("memory_metric") if self.measured.get("memory_peak_bytes") else None
 
     def predicted_memory_bytes(self, est: Estimate | None = None) -> float:
-        """The predicted peak in the counter the run measured (max_allocated, else reserved)."""
+        """The predicted peak in the counter the run measured: ``max_allocated`` is what tensors
+        hold, ``max_reserved`` and ``unknown`` the caching allocator's reserved peak (device memory
+        outside the allocator is in neither torch counter)."""
         e = est or self.estimate
-        return e.memory_allocated_peak_bytes if self.memory_metric == "max_allocated" else e.memory_peak_bytes
+        return e.memory_allocated_peak_bytes if self.memory_metric == "max_allocated" else e.memory_reserved_peak_bytes
 
     @property
     def memory_error_pct(self) -> float | None:
@@ -114,10 +116,20 @@ class Refused:
         return {"id": self.id, "engine": self.engine, "reason": self.reason}
 
 
-def fixed_fields(parallel: dict) -> dict:
-    """The known fields of a runs file's ``parallel`` block, as search constraints."""
+# A runs file's ``schedule: zb`` is the Zero Bubble fork's automatic schedule; its memory limit
+# (--zero-bubble-max-pending-backward, p or 2p micro-batches, 2p by default in the fork's
+# examples/pretrain_zero_bubble.sh) is the run's ``parallel.zb_variant`` note. ZB-1p runs at
+# ZB-H1's activation memory, ZB-2p at ZB-H2's (Qi et al. 2024 sec. 3-4): the planner's schedules.
+ZB_VARIANTS = {"zb-1p": "zb-h1", "zb-2p": "zb-h2"}
+
+
+def fixed_fields(parallel: dict, notes: dict | None = None) -> dict:
+    """The known fields of a runs file's ``parallel`` block, as search constraints (``notes``:
+    the run's notes, which name the Zero Bubble variant of a ``zb`` schedule)."""
     fixed = {k: v for k, v in parallel.items() if k in SEARCHED and v is not None}
     sched = parallel.get("schedule")
+    if sched == "zb":
+        sched = ZB_VARIANTS.get(str((notes or {}).get("parallel.zb_variant", "zb-2p")).lower(), "zb-h2")
     if sched is not None:
         fixed["schedule"] = sched
         if sched in ("1f1b", "gpipe", "zb-h1", "zb-h2") and "vpp" not in fixed:
@@ -150,7 +162,7 @@ def fill_and_predict(run: Run, opts: SearchOptions | None = None, median: bool =
     InputError when the run's engine does not run its configuration.
     """
     engine = (opts.engine if opts is not None and opts.engine is not None else run_engine(run.id)[0])
-    fixed = fixed_fields(run.parallel)
+    fixed = fixed_fields(run.parallel, (run.raw or {}).get("notes"))
     base = opts or SearchOptions()
     sopts = SearchOptions(fixed=fixed, allow_tp_across_nodes=True, max_micro_batch=base.max_micro_batch, engine=engine,
                           uneven_split=base.uneven_split and "layers_per_stage" not in fixed)

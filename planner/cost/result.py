@@ -45,16 +45,39 @@ class Estimate:
     parallel: object = None  # planner.specs.ParallelConfig (resolved)
     engine: str = ""
     resolved: tuple = ()
+    memory_margin: float = 0.0  # fraction of the capacity kept free (Constants.MEMORY_MARGIN_FRACTION, --memory-margin)
+
+    # Memory: ``memory_peak_bytes`` is what the fullest GPU needs (the allocator's reserved peak
+    # plus device memory outside it); feasibility compares it with the capacity less the margin.
+    @property
+    def memory_usable_bytes(self) -> float:
+        """The capacity a plan may use: capacity x (1 - memory_margin)."""
+        return self.memory_capacity_bytes * (1.0 - self.memory_margin)
 
     @property
     def fits(self) -> bool:
-        return self.memory_peak_bytes <= self.memory_capacity_bytes
+        return self.memory_peak_bytes <= self.memory_usable_bytes
 
     @property
     def memory_allocated_peak_bytes(self) -> float:
-        """The peak of what tensors hold (``torch.cuda.max_memory_allocated``): the reserved peak
-        less the caching allocator's fragmentation reserve."""
-        return max((s.total_bytes - s.reserve_bytes for s in self.stages), default=0.0)
+        """The peak of what tensors hold (``torch.cuda.max_memory_allocated``), over the stages."""
+        return max((s.allocated_bytes for s in self.stages), default=0.0)
+
+    @property
+    def memory_reserved_peak_bytes(self) -> float:
+        """The caching allocator's reserved peak (``torch.cuda.max_memory_reserved``): allocated
+        plus the fragmentation reserve, over the stages."""
+        return max((s.reserved_bytes for s in self.stages), default=0.0)
+
+    @property
+    def memory_peak_stage(self) -> int:
+        """The pipeline stage with the largest peak (the first of equals)."""
+        return max(range(len(self.stages)), key=lambda i: (self.stages[i].total_bytes, -i)) if self.stages else 0
+
+    @property
+    def memory_peak_moment(self) -> str:
+        """When that stage reaches its peak (which pass, which micro-batch)."""
+        return self.stages[self.memory_peak_stage].moment if self.stages else ""
 
     def __repr__(self) -> str:
         par = self.parallel.short() if self.parallel is not None else "?"
@@ -77,6 +100,9 @@ class Estimate:
             ("TFLOP/s per GPU (model)", f"{self.tflops_per_gpu:.1f}"),
             ("MFU / HFU", f"{100 * self.mfu:.1f}% / {100 * self.hfu:.1f}%"),
             ("peak memory per GPU", f"{gib(self.memory_peak_bytes)} of {gib(self.memory_capacity_bytes)} GiB" + ("" if self.fits else "  (does NOT fit)")),
+            ("  allocated / reserved", f"{gib(self.memory_allocated_peak_bytes)} / {gib(self.memory_reserved_peak_bytes)} GiB"),
+            ("  usable (margin)", f"{gib(self.memory_usable_bytes)} GiB ({100 * self.memory_margin:.0f}%)"),
+            ("  peak", f"stage {self.memory_peak_stage}: {self.memory_peak_moment}"),
             ("micro-batches", str(self.num_microbatches)),
             ("layers per stage", ",".join(map(str, lps)) if len(lps) <= 12 else f"{lps[0]}..{lps[-1]} ({len(lps)} stages)"),
             ("bound by", self.bound),
@@ -103,7 +129,12 @@ class Estimate:
             },
             "memory_peak_bytes": self.memory_peak_bytes,
             "memory_allocated_peak_bytes": self.memory_allocated_peak_bytes,
+            "memory_reserved_peak_bytes": self.memory_reserved_peak_bytes,
             "memory_capacity_bytes": self.memory_capacity_bytes,
+            "memory_margin": self.memory_margin,
+            "memory_usable_bytes": self.memory_usable_bytes,
+            "memory_peak_stage": self.memory_peak_stage,
+            "memory_peak_moment": self.memory_peak_moment,
             "fits": self.fits,
             "num_microbatches": self.num_microbatches,
             "layers_per_stage": list(self.layers_per_stage),

@@ -78,6 +78,9 @@ def interleaving_ok(lps: tuple[int, ...], vpp: int, engine: Engine) -> bool:
         return True
     if engine.uneven_interleaving:
         return all(n >= least_layers(i, len(lps), vpp, engine) for i, n in enumerate(lps))
+    if engine.padded_interleaving:  # one noop layer may pad the first and the last rank's outer chunk
+        ends = (lps[0], lps[-1])
+        return all(n % vpp in (0, vpp - 1) and n >= vpp - 1 for n in ends) and all(n % vpp == 0 and n >= vpp for n in lps[1:-1])
     return all(n % vpp == 0 and n >= vpp for n in lps)
 
 

@@ -25,7 +25,7 @@ import yaml
 
 from planner.errors import InputError, suggest
 
-__all__ = ["Sharding", "Engine", "ENGINE_NAMES", "DEFAULT_ENGINE", "get_engine", "engine_names"]
+__all__ = ["Sharding", "MemoryProfile", "Engine", "ENGINE_NAMES", "DEFAULT_ENGINE", "get_engine", "engine_names"]
 
 DEFAULT_ENGINE = "megatron-core"
 GRAD_SYNC = ("step", "microbatch")
@@ -66,6 +66,51 @@ class Sharding:
 
 
 @dataclass(frozen=True)
+class MemoryProfile:
+    """What an engine keeps in GPU memory, where engines differ (``memory:`` in a profile; every
+    value cites the engine's code there; :mod:`planner.cost.memory` uses them).
+
+    ``states``: the model-state recipe: ``megatron`` (16-bit weights, a gradient buffer in the
+    gradient dtype, fp32 master weights and Adam moments), ``fsdp2`` (the fp32 shard is the
+    parameter, 16-bit copies exist only while all-gathered; gradients appear in the backward and
+    are freed by ``zero_grad``), ``deepspeed`` (ZeRO's flat 16-bit and fp32 partitions).
+    ``selective``: what ``recompute: selective`` keeps: ``korthikanti`` (Megatron: every tensor but
+    the attention core's) or ``op`` (torchtitan's per-op policy). ``dropout``: ``always`` (the
+    engine's default dropout 0.1), ``model`` (the model's own: GPT-era models), ``never``.
+    ``loss_*``: bytes per logit element: ``held`` between a micro-batch's forward and backward,
+    ``peak`` at the loss backward (``_tp`` with the vocabulary split over tensor parallelism),
+    ``pp_stage_output`` more on a pipeline's last stage that keeps its output until its backward.
+    ``reserve_fraction``: the caching allocator's reserved peak over its allocated peak, less one,
+    as measured on this engine (the sources say where).
+    """
+
+    states: str = "megatron"
+    selective: str = "korthikanti"
+    dropout: str = "always"
+    rope_copies: bool = False
+    loss_held: float = 6.0
+    loss_peak: float = 6.0
+    loss_peak_tp: float = 6.0
+    pp_stage_output: float = 0.0
+    final_norm_bytes: float = 2.0
+    output_input_gathered: bool = False
+    pp_recv_buffers: bool = False
+    fp8_weight_cache: float = 2.0
+    fsdp_fp8_allgather: bool = False
+    foreach_optimizer_temp: float = 0.0
+    reserve_fraction: float = 0.10
+    sources: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for k, ok in (("states", ("megatron", "fsdp2", "deepspeed")), ("selective", ("korthikanti", "op")),
+                      ("dropout", ("always", "model", "never"))):
+            if getattr(self, k) not in ok:
+                raise InputError(f"engine.memory.{k}", getattr(self, k), " or ".join(ok))
+        if not 0 <= self.reserve_fraction < 1:
+            raise InputError("engine.memory.reserve_fraction", self.reserve_fraction, "a fraction in [0, 1)")
+
+
+@dataclass(frozen=True)
 class Engine:
     """One training engine: features, sharding modes, pipeline rules and defaults.
 
@@ -99,6 +144,8 @@ class Engine:
     default_schedule: str
     sources: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    memory: MemoryProfile = MemoryProfile()
+    padded_interleaving: bool = False  # noop layers pad rank 0's first and the last rank's last chunk (ZB fork)
 
     @property
     def zero_stages(self) -> tuple[int, ...]:
@@ -162,7 +209,16 @@ def _from_dict(d: dict, where: str) -> Engine:
         default_zero=int(dflt.get("zero", 0)), default_recompute=str(dflt.get("recompute", "none")),
         default_schedule=str(dflt.get("schedule", "1f1b")),
         sources=tuple(d.get("sources") or ()), notes=tuple(d.get("notes") or ()),
+        memory=_memory(d.get("memory") or {}, where), padded_interleaving=bool(feats.get("padded_interleaving", False)),
     )
+
+
+def _memory(m: dict, where: str) -> MemoryProfile:
+    names = MemoryProfile.__dataclass_fields__
+    bad = sorted(set(m) - set(names))
+    if bad:
+        raise InputError(f"{where}.memory.{bad[0]}", m[bad[0]], "a memory field (" + ", ".join(names) + ")")
+    return MemoryProfile(**{k: (tuple(v) if k == "sources" else v) for k, v in m.items()})
 
 
 @lru_cache(maxsize=None)

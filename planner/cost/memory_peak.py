@@ -1,0 +1,190 @@
+"""The peak memory of one pipeline stage: the terms of :mod:`planner.cost.memory` met at the
+moments of :mod:`planner.cost.memory_schedule`, as the stage's engine runs them.
+
+Static (allocated once, held all step): weights, optimizer state, the gradient buffer where
+the engine keeps one (Megatron, DeepSpeed), pipeline receive buffers (torch pipelining).
+Per micro-batch in flight, on each model chunk: the layers' saved activations, the embedding
+output (first chunk), the final norm and output-layer input and the loss's held working set
+(last chunk); under Zero Bubble the part a W pass needs stays until it. At a backward: the
+re-materialised layer (recompute), the loss backward's working set, FSDP's next block and the
+current block's unsharded gradients. From a chunk's first backward: the gradients FSDP2
+allocates (sharded reduce-scatter outputs, or unsharded fp32 accumulators under pipelining).
+At the optimizer step: its temporaries. The peak is the largest moment; allocated bytes plus
+the caching allocator's reserve (``reserve_fraction`` of what is allocated and freed within the
+step: activations, logits, gathered parameters, per-step gradients; model states sit in
+buffers allocated once) is the reserved peak; device memory outside the allocator (CUDA
+context, NCCL, Transformer Engine userbuffers) is added for feasibility.
+"""
+
+from __future__ import annotations
+
+from planner.cost import memory as M
+from planner.cost.constants import Constants
+from planner.cost.memory_schedule import moments
+from planner.engines.profile import Engine
+from planner.errors import InputError
+from planner.specs import Job, ModelSpec, ParallelConfig
+
+__all__ = ["stage_peak", "DEEPSPEED_REDUCE_BUCKET_ELEMENTS"]
+
+# DeepSpeed's reduce_bucket_size default (deepspeed/runtime/zero/config.py, 5e8 elements): the
+# contiguous gradient bucket ZeRO-2/3 allocates for its reductions (stage_1_and_2.py ipg buffer).
+DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 5e8
+
+
+def _mode(engine: Engine, zero: int, pp: int):
+    try:
+        return engine.mode(zero, pp)
+    except InputError:  # priced unchecked (validate=False): the engine's nearest semantics
+        return None
+
+
+def stage_peak(model: ModelSpec, job: Job, par: ParallelConfig, stage: int, n: int, params: dict, m: int, C: Constants,
+               engine: Engine, moe_load: float = 1.0) -> M.StageMemory:
+    """Bytes per GPU on pipeline stage ``stage`` (``n`` layers, parameters ``params`` from
+    :func:`planner.cost.memory.stage_params`, ``m`` micro-batches) at its peak moment."""
+    mem = engine.memory
+    prec = job.precision
+    mb, s, tp, cp, pp, v = par.micro_batch_size, job.seq_len, par.tp, par.cp, par.pp, max(1, par.vpp)
+    sp = bool(par.sequence_parallel and tp > 1)
+    u = 1.0 / tp if sp else 1.0
+    flash = par.attention == "flash"
+    has_moe = model.moe is not None and model.moe_layers > 0
+    zero = par.zero
+    mode = _mode(engine, zero, pp)
+    shard = par.zero_shard_degree or par.dp * par.cp
+    shard_e = max(1, shard * par.tp // (par.ep * (par.etp or par.tp)))
+    grad_sync = mode.grad_sync if mode is not None else "microbatch"
+    if mem.states == "fsdp2" and pp > 1 and zero >= 2:
+        grad_sync = "step"  # torch pipelining turns gradient sync off until the last micro-batch
+    key = (prec, zero, job.grad_reduce, C, mem.states, grad_sync, mem.fp8_weight_cache, mem.foreach_optimizer_temp)
+    st = M.state_bytes_per_param(key[0], key[1], shard, *key[2:])
+    st_e = M.state_bytes_per_param(key[0], key[1], shard_e, *key[2:])
+    copies = 2.0 if par.schedule == "dualpipe" and pp > 1 else 1.0  # DualPipe keeps two model copies (DeepSeek-V3 Table 2)
+    dense_p = params["layers"] + params["embedding"] + params["output"]
+    exp_p = params["experts"]
+
+    def states(k: str) -> float:
+        return copies * (dense_p * st[k] + exp_p * st_e[k])
+
+    weights, grads_static, optim, opt_step = states("weights"), states("gradients"), states("optimizer"), states("optimizer_step")
+    step_grads = states("step_gradients")
+
+    # --- parameters all-gathered (FSDP2, ZeRO-3) -----------------------------------------------------
+    layer_p = (params["layers"] + exp_p) / max(1, n)
+    lin_b = 1.0 if (prec == "fp8" and mem.fsdp_fp8_allgather) else 2.0
+    gathered, gathered_b, gathered_what = 0.0, 0.0, ""
+    ag_pool = rs_pool = 0.0
+    if mem.states == "fsdp2" and zero >= 2:
+        if pp > 1 or (mode is not None and not mode.reshard_after_forward):
+            # reshard_after_forward=False: every block stays unsharded from its forward to its
+            # backward; under pipelining for the whole step (parallelize.py apply_fsdp)
+            gathered = copies * (lin_b * (params["layers"] + exp_p) + 2.0 * (params["embedding"] + params["output"]))
+            gathered_what = "all of the stage's parameters unsharded"
+        else:
+            # fully_shard per block: [norm, output] is not resharded after forward and the last
+            # block is prefetched for the backward; in a block's backward the next is prefetched
+            # and the block's unsharded bf16 gradients and their fp32 reduce-scatter input exist
+            gathered = 2.0 * params["output"] + lin_b * layer_p
+            gathered_b = lin_b * layer_p + (2.0 + 4.0) * layer_p
+            gathered_what = "output group + one block unsharded"
+        if pp > 1 or (mode is not None and not mode.reshard_after_forward):
+            gathered_b = 2.0 * layer_p  # the block's bf16 gradients before they join the fp32 accumulators
+        # FSDP2 allocates each all-gather output on its copy-in stream and each reduce-scatter
+        # output (the sharded fp32 gradients are views of it) on the reduce-scatter stream
+        # (_fsdp_collectives.py foreach_all_gather / foreach_reduce); the caching allocator reuses
+        # a block only on the stream it was allocated on, so those pools stay reserved beside the
+        # compute stream's: two groups' all-gather outputs (one prefetched) and the sharded
+        # gradients, which zero_grad frees before the next step's peak.
+        ag_pool = 2.0 * lin_b * layer_p
+        rs_pool = copies * (dense_p * 4.0 / max(1, shard) + exp_p * 4.0 / max(1, shard_e))
+    elif zero >= 3 and mode is not None and mode.param_gather == "layer":
+        gathered = 2 * 2.0 * layer_p  # the layer in use and the prefetched next one, 16-bit (Megatron-FSDP, ZeRO-3)
+        gathered_what = "two layers gathered"
+    bucket = 0.0
+    if mem.states == "deepspeed" and zero >= 2:
+        bucket = min(dense_p + exp_p, DEEPSPEED_REDUCE_BUCKET_ELEMENTS) * M.grad_bytes(prec, job.grad_reduce)
+
+    # --- per micro-batch, per chunk ----------------------------------------------------------------
+    chunks = M.chunk_layers(stage, n, v, pp)
+    n_stages = pp * v
+    T = mb * s / cp
+    x = 2.0 * T * model.hidden * u  # one sequence-sharded hidden-state tensor, 16-bit
+    E = T * model.vocab / tp  # logits elements
+    kw = dict(C=C, dropout=mem.dropout, rope_copies=mem.rope_copies, selective=mem.selective)
+    a_layer = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, par.recompute, flash, has_moe, prec, moe_load, **kw)
+    a_none = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, "none", flash, has_moe, prec, moe_load, **kw)
+    layer_tr = max(0.0, a_none - a_layer) if par.recompute != "none" else 0.0  # one layer re-materialised in its backward
+    zb = par.schedule in ("zb-h1", "zb-h2") and pp > 1
+    w_layer = M.weight_grad_kept_bytes_per_layer(model, mb, s, tp, cp, sp, prec, C) if zb else 0.0
+    drop = M._dropout(model, mem.dropout)
+    loss_extra = max(0.0, (mem.loss_peak_tp if tp > 1 else mem.loss_peak) - mem.loss_held) * E
+    act, logit, wkeep, first, btr = [], [], [], [], []
+    recv = 0.0
+    share = [k / n if n else 1.0 / v for k in chunks]
+    for c, k in enumerate(chunks):
+        g = c * pp + stage  # virtual stage
+        a = k * a_layer
+        lg = 0.0
+        if g == 0:
+            a += x * (1.5 if drop else 1.0)  # embedding output (+ its dropout mask)
+        if g == n_stages - 1:
+            a += mem.final_norm_bytes * T * model.hidden * u + 2.0 * T * model.hidden * (1.0 if mem.output_input_gathered else u)
+            lg = (mem.loss_held + (mem.pp_stage_output if pp > 1 else 0.0)) * E
+        if mem.pp_recv_buffers and pp > 1:
+            recv += m * x * ((g > 0) + (g < n_stages - 1))  # one receive buffer per micro-batch and direction
+            a += (x if g < n_stages - 1 else 0.0) - (x if g > 0 and k else 0.0)  # output kept for backward; input = recv buffer
+        wk = k * w_layer + ((2.0 * E + 2.0 * T * model.hidden * u) if g == n_stages - 1 else 0.0) if zb else 0.0
+        act.append(max(0.0, a))
+        logit.append(lg)
+        wkeep.append(min(wk, max(0.0, a) + lg))
+        fsh = share[c] * (params["layers"] + exp_p) + (params["embedding"] if c == 0 else 0.0) + (params["output"] if c == v - 1 else 0.0)
+        first.append(step_grads * (fsh / max(dense_p + exp_p, 1e-30)))
+        btr.append((layer_tr + gathered_b) if k else 0.0)
+
+    sched = par.schedule if pp > 1 else "1f1b"
+    static = weights + grads_static + optim
+    buffers_static = gathered + recv + bucket
+    best = None
+    for mo in moments(sched, stage, pp, v, m, zb):
+        acts = sum(h * a for h, a in zip(mo.held, act)) + sum(p_ * w for p_, w in zip(mo.pending, wkeep))
+        lgs = sum(h * lg for h, lg in zip(mo.held, logit))
+        grads = sum(d * f for d, f in zip(mo.done, first))
+        buf = buffers_static
+        what = mo.describe(m, v, pp)
+        if mo.kind == "F" and logit[mo.chunk] > 0:
+            lgs += loss_extra  # the loss's forward working set
+            what += ": the loss"
+        if mo.kind == "B":
+            c = mo.chunk
+            if logit[c] > 0 and loss_extra >= btr[c] - logit[c]:
+                lgs += loss_extra
+                what += ": the loss backward"
+            elif btr[c] > 0:
+                acts += layer_tr if chunks[c] else 0.0
+                buf += gathered_b if chunks[c] else 0.0
+                lgs -= logit[c]
+                what += ": its last layer's backward" + (" (re-materialised)" if layer_tr else "")
+        pools = ag_pool + max(0.0, rs_pool - (grads if grad_sync != "step" else 0.0))
+        total = static + acts + lgs + grads + buf
+        key_ = total + mem.reserve_fraction * (acts + lgs + grads + buf - recv - bucket) + pools
+        if best is None or key_ > best[0] * (1 + 1e-12):
+            best = (key_, acts, lgs, grads, buf, what, pools)
+    step_grads_all = sum(first)
+    pools = ag_pool + max(0.0, rs_pool - (step_grads_all if grad_sync != "step" else 0.0))
+    step_key = static + step_grads_all + opt_step + buffers_static + mem.reserve_fraction * (step_grads_all + opt_step + gathered) + pools
+    if best is None or step_key > best[0] * (1 + 1e-12):
+        best = (step_key, 0.0, 0.0, step_grads_all + opt_step, buffers_static, "the optimizer step", pools)
+    _, acts, lgs, grads, buf, what, pools = best
+    dynamic = acts + lgs + grads + (buf - recv - bucket)
+    reserve = mem.reserve_fraction * dynamic + pools
+    framework = C.FRAMEWORK_BUFFER_BYTES
+    if par.tp_comm_overlap and sp and mem.states == "megatron":
+        framework += M.tp_overlap_buffer_bytes(mb, s, cp, model.hidden, prec)
+    parts = (("weights", weights), ("gradients", grads_static + grads), ("optimizer", optim), ("activations", acts),
+             ("logits", lgs), ("gathered parameters", buf - recv - bucket), ("pipeline receive buffers", recv),
+             ("gradient bucket", bucket), ("allocator reserve", reserve), ("outside the allocator", framework))
+    if gathered_what:
+        what += f"; {gathered_what}"
+    return M.StageMemory(stage, n, weights, grads_static + grads, optim, acts, lgs, buf, reserve, framework, what,
+                         tuple((k, v_) for k, v_ in parts if v_))
