@@ -108,7 +108,7 @@ def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, net
     con.print(wrap(recommendation(result.plans)))
     con.print(search_line(result))
     for line in gp_text:
-        con.print(line, highlight=False, soft_wrap=True)
+        con.print(wrap(line), highlight=False, soft_wrap=True)
     if explain:
         con.print()
         con.print(render_explanation(explanation, "plan 1"))
