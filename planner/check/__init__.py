@@ -1,0 +1,47 @@
+"""``planner check``: read a job in its engine's own format, predict it, say what is wrong with
+it and what would help, as edits in the same format.
+
+>>> from planner.check import check_files
+>>> # check_files(["train.sh"], Overrides(gpus=64)) -> CheckReport (see planner.check.report)
+
+Layers: :mod:`~planner.check.bash` (a restricted bash reader), readers per format
+(:mod:`~planner.check.megatron`, :mod:`~planner.check.torchtitan`,
+:mod:`~planner.check.torchtitan_py`, :mod:`~planner.check.deepspeed`,
+:mod:`~planner.check.plan_doc`), :mod:`~planner.check.read` (which reader),
+:mod:`~planner.check.findings`, :mod:`~planner.check.changes`, :mod:`~planner.check.edits`,
+:mod:`~planner.check.report`.
+"""
+
+from __future__ import annotations
+
+from planner.check.job import CheckedJob, Overrides
+
+__all__ = ["check_files", "check_job", "read_job", "Overrides", "CheckedJob"]
+
+
+def read_job(files: list[str], overrides: Overrides | None = None) -> CheckedJob:
+    from planner.check.read import read_job as _read  # noqa: PLC0415
+
+    return _read(files, overrides)
+
+
+def check_job(cj: CheckedJob, top: int = 5, time_limit_s: float = 20.0, edits: bool = True):
+    """Predict ``cj``, list its findings and its ``top`` best changes (with edits)."""
+    from planner.check.changes import best_changes  # noqa: PLC0415
+    from planner.check.findings import findings  # noqa: PLC0415
+    from planner.check.report import CheckReport  # noqa: PLC0415
+    from planner.cost.estimate import estimate  # noqa: PLC0415
+
+    e = estimate(cj.model, cj.cluster, cj.job, cj.parallel, cj.engine)
+    found = findings(cj, e)
+    chs = best_changes(cj, e, k=top, time_limit_s=time_limit_s) if top > 0 else []
+    eds = []
+    if edits and cj.editor is not None:
+        from planner.check.edits import edit_for  # noqa: PLC0415
+
+        eds = [edit_for(cj, ch.parallel) for ch in chs]
+    return CheckReport(cj, e, found, chs, eds)
+
+
+def check_files(files: list[str], overrides: Overrides | None = None, top: int = 5, time_limit_s: float = 20.0):
+    return check_job(read_job(files, overrides), top, time_limit_s)

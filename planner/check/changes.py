@@ -1,0 +1,114 @@
+"""The best changes to a job, ranked by predicted gain.
+
+Each candidate comes from the search or from a one-knob move, priced by
+:func:`planner.estimate` on the job's engine:
+
+* ``planner.plan`` with the job's fixed fields released a few at a time (:data:`GROUPS`: the
+  micro-batch, recompute, sharding, the engine's overlaps, the pipeline split, the layout, then
+  everything), the rest held at the job's values, so each change says what moving only those
+  fields is worth;
+* the neighbours of :func:`planner.report.explain.changes` (one knob at a time).
+
+A job that does not fit ranks the changes that make it fit first (then by step time); a job
+that fits keeps only changes that fit and are faster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from planner.check.job import CheckedJob
+from planner.cost.estimate import estimate
+from planner.cost.result import Estimate
+from planner.errors import InputError, NoFeasiblePlan, SolverFailure
+from planner.report.explain import changes as one_knob
+from planner.search.plan import plan
+from planner.search.space import FIELDS, SearchOptions
+from planner.specs import ParallelConfig
+
+__all__ = ["Change", "GROUPS", "best_changes", "what_if"]
+
+_OVERLAPS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "async_tp_allreduce")
+_LAYOUT = ("tp", "pp", "dp", "cp", "ep", "vpp", "layers_per_stage", "schedule", "sequence_parallel", "tp_comm_overlap", "etp")
+GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("micro-batch", ("micro_batch_size",)),
+    ("recompute", ("recompute",)),
+    ("micro-batch and recompute", ("micro_batch_size", "recompute")),
+    ("sharding", ("zero", "zero_shard_degree") + _OVERLAPS[:2]),
+    ("engine overlaps", _OVERLAPS),
+    ("pipeline split", ("vpp", "layers_per_stage", "schedule", "micro_batch_size")),
+    ("layout", _LAYOUT + ("micro_batch_size",)),
+    ("everything", tuple(ParallelConfig.__dataclass_fields__)),
+)
+
+
+@dataclass(frozen=True)
+class Change:
+    label: str
+    released: tuple
+    parallel: ParallelConfig
+    estimate: Estimate
+    gain_s: float  # current step time - new step time (> 0 faster)
+    source: str  # "search" | "neighbour"
+
+    def fields_changed(self, base: ParallelConfig) -> dict:
+        a, b = base.as_dict(), self.parallel.as_dict()
+        return {k: (a.get(k), b.get(k)) for k in b if a.get(k) != b.get(k)}
+
+
+def _fixed(par: ParallelConfig, released: tuple) -> dict:
+    keep = set(FIELDS) | {"layers_per_stage", "zero_shard_degree"}
+    return {k: v for k, v in par.as_dict().items() if k in keep and k not in released and v is not None}
+
+
+def what_if(cj: CheckedJob, **fields) -> Estimate | None:
+    """The estimate of the job with ``fields`` changed (engine fields that follow from them
+    re-decided by the engine), or None when the engine refuses it."""
+    par = cj.parallel.replace(**fields)
+    try:
+        return estimate(cj.model, cj.cluster, cj.job, par, cj.engine)
+    except InputError:
+        return None
+
+
+def best_changes(cj: CheckedJob, base: Estimate, k: int = 5, time_limit_s: float = 20.0) -> list[Change]:
+    """Up to ``k`` changes, best first (see the module docstring)."""
+    found: dict = {}
+    cross = cj.parallel.tp > cj.cluster.nvlink_domain
+    for label, released in GROUPS:
+        opts = SearchOptions(fixed=_fixed(cj.parallel, released), engine=cj.engine, allow_tp_across_nodes=cross)
+        try:
+            res = plan(cj.model, cj.cluster, cj.job, top_k=1, options=opts, time_limit_s=time_limit_s)
+            best = res.plans[0] if res.plans else None
+        except SolverFailure as exc:
+            plans = getattr(exc.best, "plans", None) or []
+            best = plans[0] if plans else None
+        except (NoFeasiblePlan, InputError):
+            best = None
+        if best is not None:
+            _add(found, Change(f"release {label}", released, best.parallel, best.estimate, base.step_time_s - best.estimate.step_time_s,
+                               "search"))
+    try:
+        for c in one_knob(cj.model, cj.cluster, cj.job, cj.parallel, cj.engine, None, base, k=12):
+            _add(found, Change(c.label, (), c.parallel, c.estimate, -c.delta_s, "neighbour"))
+    except InputError:
+        pass
+    out = [c for c in found.values() if _key(c.parallel) != _key(cj.parallel)]
+    if base.fits:
+        out = [c for c in out if c.estimate.fits and c.gain_s > 1e-4 * base.step_time_s]
+        out.sort(key=lambda c: (-c.gain_s, len(c.released), c.label))
+    else:
+        out.sort(key=lambda c: (not c.estimate.fits, c.estimate.step_time_s if c.estimate.fits else c.estimate.memory_peak_bytes, c.label))
+    return out[:k]
+
+
+def _key(par: ParallelConfig) -> tuple:
+    d = par.as_dict()
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in d.items()))
+
+
+def _add(found: dict, c: Change) -> None:
+    key = _key(c.parallel)
+    old = found.get(key)
+    if old is None or len(c.released) < len(old.released):
+        found[key] = c if old is None else replace(c, label=c.label)

@@ -1,0 +1,231 @@
+"""Changes expressed in the user's own format: changed flags of a launch script, a TOML or
+Python-config diff, a JSON diff. Every edit is checked by reading the edited files back with
+``planner check``'s own readers (:func:`verify`): ``Edit.verified`` says whether the job read
+back is the configuration the change predicts.
+
+* Megatron-LM scripts and flags files: :mod:`planner.check.edits_shell`.
+* torchtitan TOML and 0.3.0 config modules: :mod:`planner.check.edits_titan`.
+* DeepSpeed JSON and plan documents: here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from planner.errors import InputError
+from planner.specs import ParallelConfig
+
+__all__ = ["Edit", "edit_for", "verify", "unified_diff", "MegatronEditor", "TomlEditor", "PyConfigEditor", "JsonEditor", "PlanDocEditor"]
+
+
+@dataclass
+class Edit:
+    fmt: str
+    summary: list  # one line per changed setting, in the format's own words
+    files: dict  # path -> new text
+    diff: str = ""
+    verified: bool | None = None
+    problem: str = ""
+    command_line: list = field(default_factory=list)  # settings that live on planner check's command line (DeepSpeed degrees)
+
+    def as_dict(self) -> dict:
+        return {"format": self.fmt, "summary": list(self.summary), "diff": self.diff, "verified": self.verified,
+                "problem": self.problem, "command_line": list(self.command_line)}
+
+
+def unified_diff(old: dict, new: dict) -> str:
+    out = []
+    for path, text in new.items():
+        a = old.get(path, "")
+        if a == text:
+            continue
+        name = Path(path).name
+        out.extend(difflib.unified_diff(a.splitlines(keepends=True), text.splitlines(keepends=True), f"a/{name}", f"b/{name}"))
+    return "".join(out)
+
+
+def edit_for(cj, par: ParallelConfig) -> Edit | None:
+    """The edit of ``cj``'s files that runs ``par``, verified by reading it back."""
+    if cj.editor is None:
+        return None
+    try:
+        ed = cj.editor.edit(cj, par)
+    except InputError as exc:
+        return Edit(cj.fmt, [f"not expressible in this format: {exc}"], {}, verified=False, problem=str(exc))
+    if ed is not None and ed.files:
+        verify(cj, ed, par)
+    return ed
+
+
+def _same(a: ParallelConfig, b: ParallelConfig) -> list[str]:
+    """Fields of two configurations that differ where it matters to the price."""
+    da, db = a.as_dict(), b.as_dict()
+    keys = [k for k in db if k not in ("zero_shard_degree",) or (da.get(k) or None) != (db.get(k) or None)]
+    bad = [k for k in keys if da.get(k) != db.get(k)]
+    if a.tp == 1 and b.tp == 1:
+        bad = [k for k in bad if k not in ("sequence_parallel", "tp_comm_overlap", "async_tp_allreduce")]
+    if a.dp * a.cp == 1 and b.dp * b.cp == 1:
+        bad = [k for k in bad if k not in ("overlap_grad_reduce", "overlap_param_gather")]
+    if a.ep == 1 and b.ep == 1:
+        bad = [k for k in bad if k != "etp"]
+    return bad
+
+
+def verify(cj, ed: Edit, par: ParallelConfig) -> None:
+    """Write the edited files into a scratch folder (beside copies of the other files the job
+    was read from), read them back, and compare the configuration with ``par``."""
+    from planner.check.read import read_job  # noqa: PLC0415
+
+    tmp = Path(tempfile.mkdtemp(prefix="planner-check-"))
+    try:
+        names = {}
+        sources = set(cj.files) | set(ed.files)
+        for src in sources:
+            p = Path(src)
+            if p.is_file():
+                names[str(p)] = tmp / p.name
+                shutil.copyfile(p, tmp / p.name)
+        for p in Path(cj.files[0]).parent.glob("*.sh"):  # scripts a script sources or submits
+            if str(p) not in names and p.is_file():
+                shutil.copyfile(p, tmp / p.name)
+        for path, text in ed.files.items():
+            (tmp / Path(path).name).write_text(text)
+        args = [str(names.get(f, tmp / Path(f).name)) + (f":{cj.editor.function}" if getattr(cj.editor, "function", None) and
+                                                         f.endswith(".py") else "") for f in cj.files if f in names]
+        o = getattr(cj, "overrides", None)
+        if o is not None and ed.command_line:
+            o = _with_command_line(o, ed.command_line)
+        back = read_job(args, o)
+        bad = _same(back.parallel, par)
+        ed.verified = not bad
+        if bad:
+            ed.problem = "read back differs in " + ", ".join(f"{k} ({getattr(back.parallel, k)!r} vs {getattr(par, k)!r})" for k in bad)
+    except InputError as exc:
+        ed.verified, ed.problem = False, f"the edited files do not read back: {exc}"
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _with_command_line(o, cl: list):
+    from dataclasses import replace  # noqa: PLC0415
+
+    extra = dict(o.extra)
+    for item in cl:
+        k, _, v = item.partition(" ")
+        extra[{"--tp": "parallel.tp", "--pp": "parallel.pp"}.get(k, k)] = int(v)
+    return replace(o, extra=extra)
+
+
+# --- JSON formats ------------------------------------------------------------------------------
+
+def _json_text(doc: dict, old: str) -> str:
+    indent = 2
+    for line in old.splitlines()[1:3]:
+        stripped = len(line) - len(line.lstrip(" "))
+        if stripped:
+            indent = stripped
+            break
+    return json.dumps(doc, indent=indent) + "\n"
+
+
+class JsonEditor:
+    """A DeepSpeed JSON (and, for Megatron-DeepSpeed, the script beside it)."""
+
+    def __init__(self, path: Path, doc: dict, script_editor=None):
+        self.path, self.doc, self.script = Path(path), doc, script_editor
+
+    def edit(self, cj, par: ParallelConfig) -> Edit:
+        old = cj.parallel
+        doc = json.loads(json.dumps(self.doc))
+        summary, command_line = [], []
+        m = par.num_microbatches(cj.job.global_batch_size)
+        for key, value in (("train_micro_batch_size_per_gpu", par.micro_batch_size), ("gradient_accumulation_steps", m),
+                           ("train_batch_size", cj.job.global_batch_size)):
+            if key in doc or key != "train_batch_size":
+                if doc.get(key) != value:
+                    summary.append(f"{key}: {doc.get(key)} -> {value}")
+                doc[key] = value
+        zero = dict(doc.get("zero_optimization") or {})
+        if zero.get("stage", 0) != par.zero:
+            summary.append(f"zero_optimization.stage: {zero.get('stage', 0)} -> {par.zero}")
+            zero["stage"] = par.zero
+        want_overlap = bool(par.overlap_grad_reduce) and par.zero >= 1
+        have = zero.get("overlap_comm", zero.get("stage", 0) == 3)
+        if par.zero >= 1 and bool(have) != want_overlap:
+            summary.append(f"zero_optimization.overlap_comm: {have} -> {want_overlap}")
+            zero["overlap_comm"] = want_overlap
+        doc["zero_optimization"] = zero
+        if par.recompute != old.recompute:
+            if par.recompute == "none":
+                doc.pop("activation_checkpointing", None)
+                if "pipeline" in doc:
+                    doc["pipeline"]["activation_checkpoint_interval"] = 0
+                summary.append("activation_checkpointing: removed")
+            else:
+                doc.setdefault("activation_checkpointing", {"partition_activations": par.tp > 1, "contiguous_memory_optimization": False,
+                                                            "cpu_checkpointing": False})
+                summary.append("activation_checkpointing: added (the model must call deepspeed.checkpointing)")
+        if par.pp > 1:
+            doc.setdefault("pipeline", {})["activation_checkpoint_interval"] = 1 if par.recompute == "full" else 0
+        files = {str(self.path): _json_text(doc, self.path.read_text())}
+        if self.script is not None:
+            sub = self.script.edit(cj, par, only=("tp", "pp", "cp"))
+            files.update(sub.files)
+            summary += sub.summary
+        else:
+            tp_src = cj.sources.get("parallel.tp")
+            if par.tp != old.tp:
+                if "tensor_parallel" in doc or par.tp > 1:
+                    doc.setdefault("tensor_parallel", {})["autotp_size"] = par.tp
+                    files[str(self.path)] = _json_text(doc, self.path.read_text())
+                    summary.append(f"tensor_parallel.autotp_size: {old.tp} -> {par.tp}")
+                elif tp_src and tp_src[1].kind == "flag":
+                    command_line.append(f"--tp {par.tp}")
+            if par.pp != old.pp:
+                command_line.append(f"--pp {par.pp}")
+                summary.append(f"pipeline degree {old.pp} -> {par.pp}: PipelineModule(num_stages={par.pp}) in the training script")
+        ed = Edit("deepspeed", summary, files, command_line=command_line)
+        ed.diff = unified_diff({str(self.path): self.path.read_text()}, {k: v for k, v in files.items() if k == str(self.path)})
+        if self.script is not None:
+            ed.diff += "".join(unified_diff({k: Path(k).read_text()}, {k: v}) for k, v in files.items() if k != str(self.path))
+        return ed
+
+
+class PlanDocEditor:
+    def __init__(self, path: Path, doc: dict, rank: int):
+        self.path, self.doc, self.rank = Path(path), doc, rank
+
+    def edit(self, cj, par: ParallelConfig) -> Edit:
+        doc = json.loads(json.dumps(self.doc))
+        chosen = next(p for p in doc["plans"] if p.get("rank") == self.rank)
+        old = dict(chosen.get("parallel") or {})
+        new = par.as_dict()
+        new["num_microbatches"] = par.num_microbatches(cj.job.global_batch_size)
+        summary = [f"plans[rank {self.rank}].parallel.{k}: {old.get(k)!r} -> {v!r}" for k, v in new.items() if old.get(k) != v]
+        chosen["parallel"] = {**old, **new}
+        chosen.pop("predicted", None)  # the prediction was of the old configuration
+        text = _json_text(doc, self.path.read_text())
+        return Edit("plan", summary, {str(self.path): text}, unified_diff({str(self.path): self.path.read_text()}, {str(self.path): text}))
+
+
+def MegatronEditor(path, parsed, fields, launch):  # noqa: N802  (a factory kept under the readers' name)
+    from planner.check.edits_shell import ShellEditor  # noqa: PLC0415
+
+    return ShellEditor(path, parsed, fields, launch)
+
+
+def TomlEditor(path, text):  # noqa: N802
+    from planner.check.edits_titan import TomlFileEditor  # noqa: PLC0415
+
+    return TomlFileEditor(path, text)
+
+
+def PyConfigEditor(path, text, function):  # noqa: N802
+    from planner.check.edits_titan import PyFileEditor  # noqa: PLC0415
+
+    return PyFileEditor(path, text, function)

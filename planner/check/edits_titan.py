@@ -1,0 +1,286 @@
+"""Edits of torchtitan jobs: the settings a configuration needs (:func:`titan_settings`, the
+0.2.2 section.key names; the reader's mapping in reverse), then
+
+* a TOML file: each changed key rewritten on its line, or added under its section (comments
+  and the rest of the file kept);
+* a 0.3.0 config module: each changed keyword of the ``ParallelismConfig`` /
+  ``TrainingConfig`` call rewritten in place (positions from ``ast``), missing ones added,
+  the activation checkpointing class swapped.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import tomli_w
+
+from planner.check.edits import Edit, unified_diff
+from planner.errors import InputError
+from planner.specs import ParallelConfig
+
+__all__ = ["titan_settings", "TomlFileEditor", "PyFileEditor"]
+
+_NAMES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe", "zb-v": "ZBVZeroBubble", "dualpipe": "DualPipeV"}
+
+
+def titan_settings(cj, par: ParallelConfig) -> dict:
+    """section.key -> value for ``par`` on torchtitan (only the keys the configuration decides)."""
+    P, T = "parallelism.", "training."
+    m = par.num_microbatches(cj.job.global_batch_size)
+    out: dict = {}
+    shard_deg = par.zero_shard_degree
+    if par.zero == 0:
+        if par.dp > 1 and par.tp * par.pp * par.cp * par.ep > 1:
+            raise InputError("zero", 0, "2 or 3 on torchtitan when dp > 1 meets tp/pp/cp/ep (DDP only as the sole parallelism)")
+        rep, shard = par.dp, 1
+    elif shard_deg and shard_deg < par.dp * par.cp:
+        shard = shard_deg // par.cp
+        rep = par.dp // shard
+    else:
+        rep, shard = 1, par.dp
+    out[P + "data_parallel_replicate_degree"] = rep
+    out[P + "data_parallel_shard_degree"] = shard
+    if par.zero in (2, 3):
+        out[P + "fsdp_reshard_after_forward"] = "never" if par.zero == 2 else "default"
+    out[P + "tensor_parallel_degree"] = par.tp
+    out[P + "pipeline_parallel_degree"] = par.pp
+    out[P + "context_parallel_degree"] = par.cp
+    out[P + "expert_parallel_degree"] = par.ep
+    if par.ep > 1:
+        out[P + "expert_tensor_parallel_degree"] = par.etp if par.etp in (1, par.tp) else 1
+    if par.pp > 1:
+        if par.schedule not in _NAMES:
+            raise InputError("schedule", par.schedule, "a schedule torchtitan has (" + ", ".join(_NAMES) + ")")
+        out[P + "pipeline_parallel_schedule"] = _NAMES[par.schedule]
+        out[P + "pipeline_parallel_microbatch_size"] = par.micro_batch_size
+        lps = tuple(par.layers_per_stage or ())
+        L = cj.model.layers
+        n_stages = par.pp * par.vpp
+        if par.schedule in ("zb-v", "dualpipe") or len(set(lps)) > 1 or L % n_stages:
+            out[P + "module_fqns_per_model_part"] = _parts(lps, par.vpp, par.schedule, L)
+        else:
+            out[P + "pipeline_parallel_layers_per_stage"] = L // n_stages
+            out[P + "pipeline_parallel_first_stage_less_layers"] = 0
+            out[P + "pipeline_parallel_last_stage_less_layers"] = 0
+        out[T + "local_batch_size"] = par.micro_batch_size * m
+    else:
+        out[T + "local_batch_size"] = par.micro_batch_size
+    out[T + "global_batch_size"] = cj.job.global_batch_size
+    out["activation_checkpoint.mode"] = par.recompute
+    if par.recompute == "selective":
+        out["activation_checkpoint.selective_ac_option"] = "op"
+    return out
+
+
+def _parts(lps: tuple, vpp: int, schedule: str, layers: int) -> list:
+    """``module_fqns_per_model_part``: virtual stage k (on rank k mod pp, or in a V) with its layers."""
+    pp = len(lps)
+    chunk = {}
+    for r, n in enumerate(lps):
+        base, extra = divmod(n, vpp)
+        for v in range(vpp):
+            k = (r if v == 0 else 2 * pp - 1 - r) if schedule in ("zb-v", "dualpipe") else v * pp + r
+            chunk[k] = base + (1 if v >= vpp - extra else 0)
+    out, start = [], 0
+    for k in range(pp * vpp):
+        names = [f"layers.{i}" for i in range(start, start + chunk[k])]
+        start += chunk[k]
+        out.append((["tok_embeddings"] if k == 0 else []) + names + (["norm", "output"] if k == pp * vpp - 1 else []))
+    if start != layers:
+        raise InputError("layers_per_stage", list(lps), f"a split of the {layers} layers")
+    return out
+
+
+class TomlFileEditor:
+    def __init__(self, path, text):
+        self.path, self.text = Path(path), text
+
+    def edit(self, cj, par: ParallelConfig) -> Edit:
+        import tomllib  # noqa: PLC0415
+
+        doc = tomllib.loads(self.text)
+        cur = {}
+        for sec, body in doc.items():
+            if isinstance(body, dict):
+                for k, v in body.items():
+                    cur[f"{sec}.{k}"] = v
+        new = titan_settings(cj, par)
+        old = titan_settings(cj, cj.parallel)
+        if cur.get("parallelism.data_parallel_shard_degree") == -1 and new["parallelism.data_parallel_replicate_degree"] == \
+                old["parallelism.data_parallel_replicate_degree"] and new["parallelism.data_parallel_shard_degree"] > 1:
+            new["parallelism.data_parallel_shard_degree"] = -1  # still the rest of the world
+        lines = self.text.split("\n")
+        summary = []
+        for key, value in new.items():
+            have = cur.get(key)
+            if have == value or (have is None and old.get(key) == value and key not in _ALWAYS):
+                continue
+            sec, name = key.rsplit(".", 1)
+            lines = _toml_set(lines, sec, name, value)
+            summary.append(f"[{sec}] {name} = {_toml_value(value)}" + (f" (was {have!r})" if have is not None else ""))
+        if par.pp == 1:
+            for key in ("pipeline_parallel_layers_per_stage", "module_fqns_per_model_part"):
+                if f"parallelism.{key}" in cur:
+                    lines = _toml_del(lines, "parallelism", key)
+                    summary.append(f"[parallelism] {key} removed")
+        elif "parallelism.module_fqns_per_model_part" in new and "parallelism.pipeline_parallel_layers_per_stage" in cur:
+            lines = _toml_del(lines, "parallelism", "pipeline_parallel_layers_per_stage")
+        elif "parallelism.pipeline_parallel_layers_per_stage" in new and "parallelism.module_fqns_per_model_part" in cur:
+            lines = _toml_del(lines, "parallelism", "module_fqns_per_model_part")
+        text = "\n".join(lines)
+        tomllib.loads(text)  # the edit is valid TOML
+        return Edit("torchtitan-toml", summary, {str(self.path): text}, unified_diff({str(self.path): self.text}, {str(self.path): text}))
+
+
+_ALWAYS = {"parallelism.tensor_parallel_degree", "parallelism.pipeline_parallel_degree"}
+
+
+def _toml_value(v) -> str:
+    return tomli_w.dumps({"x": v}).split("=", 1)[1].strip()
+
+
+def _section_bounds(lines: list[str], sec: str) -> tuple[int, int] | None:
+    start = None
+    for i, line in enumerate(lines):
+        s = line.strip()
+        if s.startswith("[") and not s.startswith("[["):
+            name = s.split("]")[0].strip("[ ")
+            if start is not None:
+                return start, i
+            if name == sec:
+                start = i
+    return (start, len(lines)) if start is not None else None
+
+
+def _toml_set(lines: list[str], sec: str, key: str, value) -> list[str]:
+    text = f"{key} = {_toml_value(value)}"
+    b = _section_bounds(lines, sec)
+    if b is None:
+        while lines and not lines[-1].strip():
+            lines = lines[:-1]
+        return lines + ["", f"[{sec}]", text, ""]
+    a, z = b
+    pat = re.compile(r"^\s*" + re.escape(key) + r"\s*=")
+    for i in range(a + 1, z):
+        if pat.match(lines[i]):
+            comment = ""
+            m = re.search(r"\s+#.*$", lines[i])
+            if m and not isinstance(value, list):
+                comment = m.group(0)
+            return lines[:i] + [text + comment] + lines[i + 1:]
+    last = a
+    for i in range(a + 1, z):
+        if lines[i].strip() and not lines[i].strip().startswith("#"):
+            last = i
+    return lines[:last + 1] + [text] + lines[last + 1:]
+
+
+def _toml_del(lines: list[str], sec: str, key: str) -> list[str]:
+    b = _section_bounds(lines, sec)
+    if b is None:
+        return lines
+    pat = re.compile(r"^\s*" + re.escape(key) + r"\s*=")
+    return [ln for i, ln in enumerate(lines) if not (b[0] < i < b[1] and pat.match(ln))]
+
+
+# --- 0.3.0 config modules ----------------------------------------------------------------------
+
+_CALL_OF = {"parallelism": "ParallelismConfig", "training": "TrainingConfig"}
+_AC = {"none": "None", "full": "FullAC.Config()", "selective": "SelectiveAC.Config()"}
+
+
+class PyFileEditor:
+    def __init__(self, path, text, function):
+        self.path, self.text, self.function = Path(path), text, function
+
+    def edit(self, cj, par: ParallelConfig) -> Edit:
+        new = titan_settings(cj, par)
+        old = titan_settings(cj, cj.parallel)
+        tree = ast.parse(self.text)
+        fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == self.function)
+        calls = {name: [c for c in ast.walk(fn) if isinstance(c, ast.Call) and ast.unparse(c.func) == name]
+                 for name in ("ParallelismConfig", "TrainingConfig", "Trainer.Config")}
+        repl: list[tuple[int, int, str]] = []  # (start offset, end offset, text)
+        offs = _offsets(self.text)
+        summary = []
+        wanted: dict = {"ParallelismConfig": {}, "TrainingConfig": {}}
+        for key, value in new.items():
+            sec, name = key.split(".", 1)
+            if sec in _CALL_OF and old.get(key) != value:
+                if sec == "training" and name == "local_batch_size":
+                    continue
+                wanted[_CALL_OF[sec]][name] = value
+        if new["training.local_batch_size"] != old["training.local_batch_size"]:
+            tr = calls["TrainingConfig"][0] if calls["TrainingConfig"] else None
+            if tr is not None and any(k.arg == "num_tokens_per_microbatch_per_dp_rank" for k in tr.keywords):
+                ctx = next((ast.unparse(k.value) for k in tr.keywords if k.arg == "max_context_length"), str(cj.job.seq_len))
+                wanted["TrainingConfig"]["num_tokens_per_microbatch_per_dp_rank"] = _Raw(f"{new['training.local_batch_size']} * {ctx}")
+            else:
+                wanted["TrainingConfig"]["local_batch_size"] = new["training.local_batch_size"]
+        for cls, kw in wanted.items():
+            if not kw:
+                continue
+            kw = {k: v for k, v in kw.items() if k != "global_batch_size" or cls == "TrainingConfig"}
+            call = calls[cls][0] if calls[cls] else None
+            if call is None:
+                trainer = calls["Trainer.Config"][0] if calls["Trainer.Config"] else None
+                arg = {"ParallelismConfig": "parallelism", "TrainingConfig": "training"}[cls]
+                body = f"{arg}={cls}(" + ", ".join(f"{k}={_py(v)}" for k, v in kw.items()) + ")"
+                if trainer is None:
+                    raise InputError(f"{self.path.name}:{self.function}", f"no {cls}(...) call", f"a config that sets {arg} (edit it by hand)")
+                end = offs(trainer.end_lineno, trainer.end_col_offset) - 1
+                repl.append((end, end, (", " if trainer.args or trainer.keywords else "") + body))
+                summary.append(f"{self.function}(): add {body}")
+                continue
+            for k, v in kw.items():
+                hit = next((x for x in call.keywords if x.arg == k), None)
+                if hit is not None:
+                    a, b = offs(hit.value.lineno, hit.value.col_offset), offs(hit.value.end_lineno, hit.value.end_col_offset)
+                    if self.text[a:b] != _py(v):
+                        repl.append((a, b, _py(v)))
+                        summary.append(f"{cls}({k}={self.text[a:b]} -> {_py(v)})")
+                else:
+                    end = offs(call.end_lineno, call.end_col_offset) - 1
+                    repl.append((end, end, (", " if call.args or call.keywords else "") + f"{k}={_py(v)}"))
+                    summary.append(f"{cls}(add {k}={_py(v)})")
+        if par.recompute != cj.parallel.recompute:
+            trainer = calls["Trainer.Config"][0] if calls["Trainer.Config"] else None
+            hit = next((x for x in trainer.keywords if x.arg == "activation_checkpoint"), None) if trainer else None
+            if hit is not None:
+                a, b = offs(hit.value.lineno, hit.value.col_offset), offs(hit.value.end_lineno, hit.value.end_col_offset)
+                repl.append((a, b, _AC[par.recompute]))
+            elif trainer is not None:
+                end = offs(trainer.end_lineno, trainer.end_col_offset) - 1
+                repl.append((end, end, f", activation_checkpoint={_AC[par.recompute]}"))
+            else:
+                raise InputError(f"{self.path.name}:{self.function}", "activation checkpointing", "a Trainer.Config(...) call to set it in")
+            summary.append(f"activation_checkpoint={_AC[par.recompute]}")
+        text = self.text
+        for a, b, t in sorted(repl, key=lambda x: -x[0]):
+            text = text[:a] + t + text[b:]
+        ast.parse(text)
+        return Edit("torchtitan-config", summary, {str(self.path): text}, unified_diff({str(self.path): self.text}, {str(self.path): text}))
+
+
+class _Raw(str):
+    pass
+
+
+def _py(v) -> str:
+    return str(v) if isinstance(v, _Raw) else repr(v)
+
+
+def _offsets(text: str):
+    starts = [0]
+    for line in text.split("\n"):
+        starts.append(starts[-1] + len(line) + 1)
+    lines = text.split("\n")
+
+    def at(lineno: int, col: int) -> int:
+        # ast columns are UTF-8 byte offsets
+        line = lines[lineno - 1]
+        return starts[lineno - 1] + len(line.encode("utf-8")[:col].decode("utf-8", errors="ignore"))
+
+    return at

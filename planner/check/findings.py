@@ -1,0 +1,151 @@
+"""Findings about a job as written, each with its evidence (numbers from
+:func:`planner.estimate` on the job's engine, the job's own and a what-if's).
+
+* ``oom`` / ``oom-risk``: the worst stage over capacity, or within 5% of it.
+* ``tp-across-nodes``: tensor parallelism larger than the NVLink domain, and what its
+  all-reduces cost on the network.
+* ``recompute-not-needed``: a lighter recompute level still fits and is faster.
+* ``idle-memory``: memory left idle while a larger micro-batch fits and is faster.
+* ``sharding-costs-more``: a lower ZeRO stage / sharding mode fits and is faster.
+* ``unbalanced-split``: pipeline stages whose times (or memory) differ by more than 5% (20%).
+* ``hidden-by-engine-option``: exposed communication an engine switch would hide (Megatron's
+  ``--overlap-grad-reduce``, ``--overlap-param-gather``, ``--tp-comm-overlap``).
+* ``large-bubble``: the pipeline bubble is over 10% of the step.
+* reader findings (the file itself: word splitting, flags the engine rejects) and settings the
+  cost model does not price (``unmodelled``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from planner.check.changes import what_if
+from planner.check.job import CheckedJob
+from planner.cost.result import Estimate
+from planner.units import GIB
+
+__all__ = ["Finding", "findings"]
+
+_MARGIN = 0.05  # OOM risk below 5% headroom: fragmentation beyond the modelled reserve (estimate.py's own note)
+
+
+@dataclass(frozen=True)
+class Finding:
+    id: str
+    severity: str  # error | warning | info
+    message: str
+    evidence: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"id": self.id, "severity": self.severity, "message": self.message, "evidence": dict(self.evidence)}
+
+
+def _gib(x: float) -> float:
+    return round(x / GIB, 2)
+
+
+def _pct(a: float, b: float) -> float:
+    return round(100 * a / b, 1) if b else 0.0
+
+
+def findings(cj: CheckedJob, e: Estimate) -> list[Finding]:
+    out: list[Finding] = []
+    p, c = cj.parallel, cj.cluster
+    cap = e.memory_capacity_bytes
+    worst = max(e.stages, key=lambda s: s.total_bytes)
+    margin = (cap - e.memory_peak_bytes) / cap
+    ev = {"peak_gib": _gib(e.memory_peak_bytes), "capacity_gib": _gib(cap), "stage": worst.stage, "margin_pct": round(100 * margin, 1),
+          "weights_gib": _gib(worst.weights_bytes), "gradients_gib": _gib(worst.gradients_bytes),
+          "optimizer_gib": _gib(worst.optimizer_bytes), "activations_gib": _gib(worst.activations_bytes)}
+    if not e.fits:
+        out.append(Finding("oom", "error", f"does not fit: stage {worst.stage} needs {_gib(e.memory_peak_bytes)} GiB of "
+                           f"{_gib(cap)} GiB ({-100 * margin:.1f}% over)", ev))
+    elif margin < _MARGIN:
+        out.append(Finding("oom-risk", "warning", f"fits with {100 * margin:.1f}% headroom on stage {worst.stage}: little room for "
+                           "fragmentation beyond the modelled reserve", ev))
+    for fid, text in cj.findings:
+        out.append(Finding(fid, "warning", text, {}))
+    comm = {x["kind"]: x for x in e.comm}
+    step = e.step_time_s
+    if p.tp > c.nvlink_domain:
+        t = comm.get("tp", {})
+        out.append(Finding("tp-across-nodes", "warning", f"tensor parallelism {p.tp} spans {p.tp // c.nvlink_domain} NVLink domains of "
+                           f"{c.nvlink_domain} GPUs: its per-layer collectives cross {t.get('link', 'the network')}",
+                           {"tp": p.tp, "nvlink_domain": c.nvlink_domain, "tp_comm_exposed_s": t.get("exposed_s", 0.0),
+                            "share_of_step_pct": _pct(t.get("exposed_s", 0.0), step)}))
+    if e.fits and p.recompute != "none":
+        for lighter in (("none", "selective") if p.recompute == "full" else ("none",)):
+            alt = what_if(cj, recompute=lighter)
+            if alt is not None and alt.fits and alt.step_time_s < step:
+                out.append(Finding("recompute-not-needed", "warning", f"recompute {p.recompute} is not needed: {lighter} fits "
+                                   f"({_gib(alt.memory_peak_bytes)} of {_gib(cap)} GiB) and saves {step - alt.step_time_s:.3g} s per step",
+                                   {"recompute": p.recompute, "lighter": lighter, "peak_gib_with_lighter": _gib(alt.memory_peak_bytes),
+                                    "step_s": step, "step_s_with_lighter": alt.step_time_s, "recompute_s": e.time_breakdown_s.get("recompute_s", 0.0)}))
+                break
+    if e.fits and margin > 0.25:
+        m = e.num_microbatches
+        for mb in (2 * p.micro_batch_size, 4 * p.micro_batch_size):
+            if cj.job.global_batch_size % (mb * p.dp):
+                continue
+            alt = what_if(cj, micro_batch_size=mb)
+            if alt is not None and alt.fits and alt.step_time_s < step * 0.99:
+                out.append(Finding("idle-memory", "info", f"{100 * margin:.0f}% of memory is idle; micro-batch {mb} fits "
+                                   f"({_gib(alt.memory_peak_bytes)} GiB) and is {100 * (step - alt.step_time_s) / step:.1f}% faster",
+                                   {"micro_batch": p.micro_batch_size, "micro_batches": m, "idle_gib": _gib(cap - e.memory_peak_bytes),
+                                    "alt_micro_batch": mb, "alt_peak_gib": _gib(alt.memory_peak_bytes), "alt_step_s": alt.step_time_s}))
+                break
+    if e.fits and p.zero > 0:
+        for z in range(p.zero - 1, -1, -1):
+            alt = what_if(cj, zero=z, overlap_param_gather=p.overlap_param_gather and z in (1, 2))
+            if alt is not None and alt.fits and alt.step_time_s < step * 0.995:
+                out.append(Finding("sharding-costs-more", "warning", f"ZeRO {p.zero} costs more than it saves: ZeRO {z} fits "
+                                   f"({_gib(alt.memory_peak_bytes)} GiB) and saves {step - alt.step_time_s:.3g} s per step "
+                                   f"(data-parallel traffic exposed now: {e.time_breakdown_s.get('dp_comm_exposed_s', 0.0):.3g} s)",
+                                   {"zero": p.zero, "alt_zero": z, "dp_comm_exposed_s": e.time_breakdown_s.get("dp_comm_exposed_s", 0.0),
+                                    "alt_peak_gib": _gib(alt.memory_peak_bytes), "alt_step_s": alt.step_time_s}))
+                break
+    if p.pp > 1:
+        times = list(e.stage_times_s)
+        mean = sum(times) / len(times)
+        mems = [s.total_bytes for s in e.stages]
+        if max(times) > 1.05 * mean:
+            out.append(Finding("unbalanced-split", "warning", f"pipeline stages are unbalanced: the slowest takes "
+                               f"{100 * (max(times) / mean - 1):.0f}% more than the mean (layers {list(e.layers_per_stage)})",
+                               {"layers_per_stage": list(e.layers_per_stage), "stage_times_s": [round(t, 6) for t in times]}))
+        elif max(mems) > 1.2 * (sum(mems) / len(mems)):
+            out.append(Finding("unbalanced-split", "info", f"stage memory is uneven: {_gib(max(mems))} GiB on the fullest stage, "
+                               f"{_gib(min(mems))} GiB on the emptiest", {"memory_by_stage_gib": [_gib(x) for x in mems]}))
+        bubble = e.time_breakdown_s.get("bubble_s", 0.0)
+        if bubble > 0.10 * step:
+            out.append(Finding("large-bubble", "warning", f"the pipeline bubble is {_pct(bubble, step)}% of the step ({e.num_microbatches} "
+                               f"micro-batches over pp {p.pp}, vpp {p.vpp})",
+                               {"bubble_s": bubble, "micro_batches": e.num_microbatches, "pp": p.pp, "vpp": p.vpp}))
+    out += _overlaps(cj, e)
+    for u in cj.unmodelled:
+        out.append(Finding("unmodelled", "info", u, {}))
+    return out
+
+
+def _overlaps(cj: CheckedJob, e: Estimate) -> list[Finding]:
+    """Exposed communication an engine switch would hide (priced with the switch on)."""
+    from planner.engines import get_engine  # noqa: PLC0415
+
+    out = []
+    p, eng = cj.parallel, get_engine(cj.engine)
+    step = e.step_time_s
+    dp_exposed = e.time_breakdown_s.get("dp_comm_exposed_s", 0.0)
+    tp_exposed = e.time_breakdown_s.get("tp_comm_exposed_s", 0.0)
+    tries = []
+    if not p.overlap_grad_reduce and eng.overlap_grad_reduce and p.dp * p.cp > 1:
+        tries.append(("overlap_grad_reduce", {"overlap_grad_reduce": True}, dp_exposed, "data-parallel gradient reduction"))
+    if not p.overlap_param_gather and eng.overlap_param_gather and p.zero in (1, 2) and p.dp * p.cp > 1:
+        tries.append(("overlap_param_gather", {"overlap_param_gather": True, "overlap_grad_reduce": True}, dp_exposed, "ZeRO weight all-gather"))
+    if not p.tp_comm_overlap and eng.tp_comm_overlap and p.sequence_parallel and p.tp > 1:
+        tries.append(("tp_comm_overlap", {"tp_comm_overlap": True}, tp_exposed, "tensor-parallel all-gather/reduce-scatter"))
+    for name, fields, exposed, what in tries:
+        alt = what_if(cj, **fields)
+        if alt is not None and alt.step_time_s < step * 0.999:
+            out.append(Finding("hidden-by-engine-option", "warning", f"{exposed:.3g} s of {what} is exposed; {name.replace('_', '-')} "
+                               f"would hide {step - alt.step_time_s:.3g} s of it ({_pct(step - alt.step_time_s, step)}% of the step)",
+                               {"option": name, "exposed_s": exposed, "step_s": step, "step_s_with_option": alt.step_time_s}))
+    return out
