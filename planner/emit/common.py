@@ -14,14 +14,15 @@ import importlib.metadata
 import os
 import shlex
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from planner.errors import InputError
 from planner.cost.rules import tp_rule
-from planner.engines import get_engine, resolve
+from planner.engines import Engine, check_engine, get_engine, resolve
 from planner.io.loaders import make_cluster, model_from_dict
-from planner.specs import Job, ModelSpec, MoESpec, ParallelConfig, job_options
+from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig, job_options
+from planner.units import gib
 
 __all__ = [
     "PLAN_SCHEMA",
@@ -29,6 +30,8 @@ __all__ = [
     "PlanView",
     "LaunchSpec",
     "load_plan_view",
+    "for_engine",
+    "chunk_sizes",
     "provenance_lines",
     "comment",
     "render_torchrun",
@@ -68,6 +71,8 @@ class PlanView:
     num_nodes: int
     gpu: str
     predicted: dict = field(default_factory=dict)
+    engine: Engine | None = None  # the engine the plan was priced for (plan_doc["engine"])
+    cluster: ClusterSpec | None = None
 
     @property
     def world(self) -> int:
@@ -85,22 +90,10 @@ class PlanView:
     def uneven(self) -> bool:
         return len(set(self.stage_layers)) > 1
 
-    def chunk_layers(self) -> list[list[int]]:
-        """Layer indices of each model chunk, chunk ``v * pp + r`` living on pipeline rank ``r``.
-
-        This is Megatron-core's interleaved assignment (virtual stage v of rank r holds chunk
-        v*pp + r) and torchtitan's "loop" stage placement; each stage's layers are cut into
-        ``vpp`` equal chunks, which needs every stage's count divisible by vpp.
-        """
-        p = self.parallel
-        per_stage = self.stage_layers
-        for r, n in enumerate(per_stage):
-            if n % p.vpp:
-                raise InputError(f"parallel.layers_per_stage[{r}]", n, f"a multiple of vpp ({p.vpp})")
-        # Layers are numbered in model order: chunk 0 (rank 0), chunk 1 (rank 1), ...
-        sizes = [per_stage[k % p.pp] // p.vpp for k in range(p.pp * p.vpp)]
+    def chunk_layers(self, style: str = "loop") -> list[list[int]]:
+        """Layer indices of each model chunk (model part), in model order; see :func:`chunk_sizes`."""
         chunks, start = [], 0
-        for size in sizes:
+        for size in chunk_sizes(self.stage_layers, self.parallel.vpp, style):
             chunks.append(list(range(start, start + size)))
             start += size
         return chunks
@@ -126,9 +119,9 @@ class PlanView:
         if isinstance(pr.get("mfu"), (int, float)):
             parts.append(f"MFU {100 * pr['mfu']:.1f}%")
         if isinstance(pr.get("memory_peak_bytes"), (int, float)):
-            mem = f"peak memory {pr['memory_peak_bytes'] / 1e9:.1f} GB/GPU"
+            mem = f"peak memory {gib(pr['memory_peak_bytes'])} GiB/GPU"
             if isinstance(pr.get("memory_capacity_bytes"), (int, float)):
-                mem += f" of {pr['memory_capacity_bytes'] / 1e9:.1f} GB"
+                mem += f" of {gib(pr['memory_capacity_bytes'])} GiB"
             parts.append(mem)
         return ", ".join(parts) if parts else "no prediction recorded in the plan"
 
@@ -186,7 +179,7 @@ def load_plan_view(plan_doc: dict, rank: int = 1) -> PlanView:
     view = PlanView(
         doc=plan_doc, rank=rank, model_id=model_id, model=model, job=job, parallel=parallel,
         num_microbatches=num_mb, num_gpus=num_gpus, gpus_per_node=gpn, num_nodes=num_nodes,
-        gpu=str(hw.get("gpu", "gpu")), predicted=dict(chosen.get("predicted") or {}),
+        gpu=str(hw.get("gpu", "gpu")), predicted=dict(chosen.get("predicted") or {}), engine=engine, cluster=cluster,
     )
     _check_common(view)
     return view
@@ -221,6 +214,90 @@ def _check_common(v: PlanView) -> None:
             raise InputError("parallel.layers_per_stage", list(p.layers_per_stage), "at least one layer per stage")
     elif m.layers % p.pp:
         raise InputError("parallel.layers_per_stage", None, f"an explicit split: layers ({m.layers}) are not divisible by pp ({p.pp})")
+
+
+def part_rank(k: int, pp: int, vpp: int, style: str = "loop") -> tuple[int, int]:
+    """(pipeline rank, chunk on that rank) of model part ``k`` (model order, 0 .. pp*vpp-1).
+
+    ``loop``: part ``c*pp + r`` is chunk c of rank r (Megatron-core's interleaved placement;
+    torchtitan's looped schedules, torchtitan/distributed/pipeline_parallel.py
+    ``_get_stage_indices``). ``v``: two chunks per rank in a V, rank r holding parts r and
+    2pp-1-r (torchtitan's ZBVZeroBubble and DualPipeV, same function)."""
+    if style == "loop":
+        return k % pp, k // pp
+    if style == "v":
+        if vpp != 2:
+            raise InputError("parallel.vpp", vpp, "2 for a V-shaped schedule (two chunks per rank)")
+        return (k, 0) if k < pp else (2 * pp - 1 - k, 1)
+    raise InputError("style", style, "loop or v")
+
+
+def chunk_sizes(stages: tuple[int, ...] | list[int], vpp: int, style: str = "loop") -> list[int]:
+    """Transformer layers of each model part (model order) for per-rank counts ``stages``.
+
+    Every rank's count divisible by ``vpp``: equal chunks. Otherwise the embedding and the loss
+    are counted as one slot each (as Megatron's --account-for-embedding/-loss-in-pipeline-split
+    and torchtitan's first/last_stage_less_layers do) and each rank's slots are spread as evenly
+    as possible over its chunks, the extra slots going first to the chunks that hold the
+    embedding or the loss. Llama 3.1 405B, 126 layers on (15, 16 x 6, 15) with vpp 8: part 0 =
+    embedding + 1 layer, the last part = 1 layer + loss, the other 62 parts 2 layers each.
+    """
+    pp = len(stages)
+    n_parts = pp * vpp
+    where = [part_rank(k, pp, vpp, style) for k in range(n_parts)]
+    parts_of = {r: sorted((c, k) for k, (rr, c) in enumerate(where) if rr == r) for r in range(pp)}
+    sizes = [0] * n_parts
+    even = all(n % vpp == 0 for n in stages)
+    for r, n in enumerate(stages):
+        parts = [k for _, k in parts_of[r]]
+        extra = {k: (k == 0) + (k == n_parts - 1) for k in parts}
+        if even:
+            for k in parts:
+                sizes[k] = n // vpp
+            continue
+        base, rem = divmod(n + sum(extra.values()), vpp)
+        order = sorted(parts, key=lambda k: (-extra[k], parts.index(k)))
+        for i, k in enumerate(order):
+            sizes[k] = base + (1 if i < rem else 0) - extra[k]
+        if min(sizes[k] for k in parts) < 0:
+            raise InputError(f"parallel.layers_per_stage[{r}]", n, f"at least one layer per virtual stage (vpp {vpp})")
+    return sizes
+
+
+_FLAG_FIELDS = ("sequence_parallel", "attention", "tp_comm_overlap", "async_tp_allreduce", "overlap_grad_reduce",
+                "overlap_param_gather")
+
+
+def for_engine(v: PlanView, name: str) -> tuple[PlanView, list[str]]:
+    """The plan as engine ``name`` runs it, and the notes on what differs from the prediction.
+
+    The structure (degrees, ZeRO stage, recompute, schedule, split) is the plan's and must be
+    one the engine runs: :func:`planner.engines.check_engine` raises the engine's one-line
+    reason otherwise. The fields an engine decides for itself (sequence parallelism, attention
+    kernel, overlaps) stay the plan's where the engine has them, else become what the engine
+    does, with a note (the plan was priced for another engine)."""
+    target = get_engine(name)
+    par = v.parallel
+    notes: list[str] = []
+    if v.engine is not None and v.engine.name != target.name:
+        ch: dict = {}
+        if par.tp > 1 and par.sequence_parallel and not target.sequence_parallel:
+            ch["sequence_parallel"] = False
+        if par.tp > 1 and not par.sequence_parallel and not target.sequence_parallel_optional:
+            ch["sequence_parallel"] = True
+        if par.attention == "flash" and not target.flash_attention:
+            ch["attention"] = "unfused"
+        sp = ch.get("sequence_parallel", par.sequence_parallel)
+        for key, has in (("tp_comm_overlap", target.tp_comm_overlap and sp), ("async_tp_allreduce", target.async_tp_allreduce),
+                         ("overlap_grad_reduce", target.overlap_grad_reduce), ("overlap_param_gather", target.overlap_param_gather)):
+            if getattr(par, key) and not has:
+                ch[key] = False
+        for key, val in ch.items():
+            notes.append(f"The plan was priced for {v.engine.name} with {key}={getattr(par, key)}; {target.name} runs "
+                         f"{key}={val}, so that part of the prediction does not carry over.")
+        par = replace(par, **ch)
+    check_engine(v.model, v.job, par, target, v.stage_layers)
+    return replace(v, parallel=par), notes
 
 
 def provenance_lines(v: PlanView, engine: str, target: str) -> list[str]:

@@ -1,12 +1,20 @@
 """DeepSpeed: the JSON config, a hostfile and a ``deepspeed`` launcher script.
 
-Keys follow DeepSpeed master @ edaa7221 (``deepspeed/runtime/config.py``,
-``docs/_pages/config-json.md``; launch_formats.md sec. 3). Rules enforced here:
-``train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x DP``
-(DP = world / (TP x PP) when the training script hands DeepSpeed its mpu/topology, sec. 3.1);
-the pipeline engine rejects ZeRO-2/3 (sec. 3.1 "Hard rule"); DeepSpeed has no context
-parallelism (Ulysses ``sequence_parallel_size`` is a different scheme) and its pipeline engine
-has no interleaved schedule.
+Keys follow DeepSpeed 0.19.8 (``deepspeed/runtime/config.py``, ``docs/_pages/config-json.md``;
+/work/notes/titan_deepspeed.md sec. C). Only plans a DeepSpeed engine runs are written
+(:func:`planner.emit.common.for_engine`): the plan's own engine when it is ``deepspeed`` or
+``megatron-deepspeed``, else ``deepspeed`` (``megatron-deepspeed`` when the plan has tensor
+parallelism, which DeepSpeed gets from Megatron-DeepSpeed's model code). Those profiles carry
+DeepSpeed's rules: no context parallelism, no interleaved schedule, ZeRO <= 1 with the pipeline
+engine (runtime/pipe/engine.py:76), no expert parallelism.
+
+Batch. DeepSpeedConfig checks ``train_batch_size == micro x accumulation x W``
+(config.py:590-605) where W is the data-parallel size of an mpu when one is passed, the world
+size of torch.distributed when none is (config.py:456-474), and the PipelineModule's grid for a
+pipeline (deepspeed/__init__.py: ``mpu = model.mpu()``). With tensor or pipeline parallelism
+the two differ, so the config gives only the micro batch and the accumulation steps and
+DeepSpeed derives ``train_batch_size`` from the W it sees (config.py:607-652): the file passes
+on every path, and the notes say what the script must pass for W to be the plan's DP.
 
 The JSON carries a top-level ``"_planner"`` key with the provenance: DeepSpeedConfig reads
 the keys it knows and ignores unknown top-level keys (verified by tests/emit against the
@@ -18,15 +26,17 @@ from __future__ import annotations
 import json
 
 from planner.cost.memory import grad_dtype
-from planner.emit.common import LaunchSpec, PlanView, comment, provenance_lines
+from planner.emit.common import LaunchSpec, PlanView, comment, for_engine, provenance_lines
 from planner.errors import InputError
 
-__all__ = ["DEEPSPEED_TARGET", "DS_CONFIG", "deepspeed_config", "deepspeed_launch_spec", "deepspeed_files", "hostnames"]
+__all__ = ["DEEPSPEED_TARGET", "DS_CONFIG", "deepspeed_engine", "deepspeed_view", "deepspeed_config", "deepspeed_launch_spec",
+           "deepspeed_files", "deepspeed_notes", "hostnames"]
 
-DEEPSPEED_TARGET = "DeepSpeed master @ edaa7221 (checked against deepspeed 0.19.x)"
+DEEPSPEED_TARGET = "DeepSpeed 0.19.8"
 DS_CONFIG = "ds_config.json"
 HOSTFILE = "hostfile"
 DS_SCRIPT = "deepspeed_launch.sh"
+_DS_ENGINES = ("deepspeed", "megatron-deepspeed")
 
 
 def hostnames(n: int) -> list[str]:
@@ -34,37 +44,47 @@ def hostnames(n: int) -> list[str]:
     return [f"node{i:03d}" for i in range(1, n + 1)]
 
 
-def _check(v: PlanView) -> None:
-    p = v.parallel
-    if p.cp > 1:
-        raise InputError("parallel.cp", p.cp, "1 for DeepSpeed (it has no context parallelism)")
-    if p.vpp > 1 or p.schedule not in ("1f1b",):
-        raise InputError("parallel.schedule", p.schedule if p.vpp == 1 else f"{p.schedule} (vpp={p.vpp})",
-                         "1f1b without virtual stages for DeepSpeed's pipeline engine")
-    if p.pp > 1 and p.zero >= 2:
-        raise InputError("parallel.zero", p.zero, f"at most 1 with DeepSpeed pipeline parallelism (pp={p.pp})")
+def deepspeed_engine(v: PlanView) -> str:
+    """The DeepSpeed engine profile that runs the plan: its own, or the one with its tensor parallelism."""
+    if v.engine is not None and v.engine.name in _DS_ENGINES:
+        return v.engine.name
+    return "megatron-deepspeed" if v.parallel.tp > 1 else "deepspeed"
+
+
+def deepspeed_view(v: PlanView) -> tuple[PlanView, list[str]]:
+    """The plan as that engine runs it (InputError with the engine's reason otherwise)."""
+    return for_engine(v, deepspeed_engine(v))
+
+
+def _full_triple(v: PlanView) -> bool:
+    """Whether every path DeepSpeed takes sees W = dp (no tensor or pipeline parallelism)."""
+    return v.parallel.tp == 1 and v.parallel.pp == 1
 
 
 def deepspeed_config(v: PlanView) -> dict:
     """The DeepSpeed JSON config as a dict (validated)."""
-    _check(v)
+    v, _ = deepspeed_view(v)
     p, j = v.parallel, v.job
     cfg: dict = {
         "_planner": {
             "note": "provenance written by planner; DeepSpeed ignores unknown top-level keys",
             "lines": provenance_lines(v, "DeepSpeed", DEEPSPEED_TARGET),
             "plan_rank": v.rank,
+            "engine": deepspeed_engine(v),
             "degrees": {"tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp, "ep": p.ep, "zero": p.zero},
+            "global_batch_size": j.global_batch_size,
             "predicted": v.predicted,
         },
-        # sec. 3.1: emit the batch triple consistently; W = data-parallel world size.
-        "train_batch_size": p.micro_batch_size * v.num_microbatches * p.dp,
+    }
+    if _full_triple(v):
+        cfg["train_batch_size"] = p.micro_batch_size * v.num_microbatches * p.dp
+    cfg.update({
         "train_micro_batch_size_per_gpu": p.micro_batch_size,
         "gradient_accumulation_steps": v.num_microbatches,
         "gradient_clipping": 1.0,
         "steps_per_print": 10,
         "wall_clock_breakdown": False,
-    }
+    })
     if j.precision == "fp16":
         cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
     else:  # bf16; fp8 has no DeepSpeed JSON switch (Transformer Engine in the model code)
@@ -99,16 +119,12 @@ def deepspeed_config(v: PlanView) -> dict:
     if p.pp > 1:
         # PP degree is set in code: PipelineModule(num_stages=PP); this block is runtime options.
         cfg["pipeline"] = {"activation_checkpoint_interval": 1 if p.recompute == "full" else 0}
-    if p.tp > 1:
-        cfg["tensor_parallel"] = {"autotp_size": p.tp}  # AutoTP training
-    if p.ep > 1:
-        cfg["expert_parallel"] = {"enabled": True, "autoep_size": p.ep, "expert_tensor_parallel_size": 1}
     return cfg
 
 
 def deepspeed_launch_spec(v: PlanView) -> LaunchSpec:
     """The training script started under torchrun (used by the SLURM emitter)."""
-    deepspeed_config(v)
+    deepspeed_view(v)
     return LaunchSpec(program=['"${TRAIN_SCRIPT}"'], arg_lines=[["--deepspeed", "--deepspeed_config", DS_CONFIG]],
                       tail=['"${TRAIN_ARGS[@]}"', '"$@"'])
 
@@ -119,32 +135,43 @@ def _model_dtype(v: PlanView) -> str:
 
 
 def deepspeed_notes(v: PlanView) -> list[str]:
-    p = v.parallel
-    notes = [
-        f"train_batch_size {p.micro_batch_size * v.num_microbatches * p.dp} = micro {p.micro_batch_size} x "
-        f"accumulation {v.num_microbatches} x dp {p.dp} (dp = world / (tp x pp) = {v.world} / ({p.tp} x {p.pp})).",
-    ]
+    planned = v.parallel  # the overlaps the prediction assumed (the notes below say what DeepSpeed does instead)
+    v, adapted = deepspeed_view(v)
+    adapted = [n for n in adapted if "overlap_grad_reduce" not in n and "overlap_param_gather" not in n]
+    p, eng = v.parallel, deepspeed_engine(v)
+    g = p.micro_batch_size * v.num_microbatches * p.dp
+    notes = [f"Engine {eng}: micro {p.micro_batch_size} x accumulation {v.num_microbatches} x dp {p.dp} = global batch {g} "
+             f"(dp = world / (tp x pp) = {v.world} / ({p.tp} x {p.pp}))."]
+    if not _full_triple(v):
+        how = (f"the PipelineModule's topology has data-parallel size {p.dp}" if p.pp > 1 else
+               f"pass deepspeed.initialize(mpu=...) an mpu whose get_data_parallel_world_size() is {p.dp}")
+        notes.append(f"train_batch_size is left to DeepSpeed (micro x accumulation x its data-parallel size W): {how}, so "
+                     f"W = {p.dp} and train_batch_size = {g}. Without an mpu DeepSpeed takes W = the world size ({v.world}) "
+                     f"and derives {p.micro_batch_size * v.num_microbatches * v.world}: the steps are the same, its "
+                     "sample counts (logs, sample-based schedules) are not.")
+    if p.tp > 1:
+        notes.append(f"Tensor parallelism {p.tp} is Megatron-DeepSpeed's (--tensor-model-parallel-size {p.tp} in its "
+                     "pretrain_gpt.py arguments), which passes its mpu to deepspeed.initialize.")
     if p.pp > 1:
-        notes.append(f"Pipeline degree is set in the training script: PipelineModule(layers, num_stages={p.pp}); "
-                     f"pass DeepSpeed a topology/mpu with data-parallel size {p.dp}.")
+        notes.append(f"Pipeline degree is set in the training script: PipelineModule(layers, num_stages={p.pp}) "
+                     f"(Megatron-DeepSpeed: --pipeline-model-parallel-size {p.pp}); its default partition balances "
+                     f"parameters, the plan priced {list(v.stage_layers)} layers per stage.")
     if p.recompute != "none":
         notes.append("activation_checkpointing only configures deepspeed.checkpointing: the model must call it.")
     if v.job.precision == "fp8":
         notes.append("fp8: DeepSpeed's JSON has no FP8 switch; the config runs bf16, FP8 needs Transformer Engine layers in the model.")
-    if p.ep > 1:
-        notes.append("AutoEP uses expert tensor parallel size 1 (its only supported value).")
     dp = p.dp * p.cp > 1
     gdt = grad_dtype(v.job.precision, v.job.grad_reduce)
     if p.zero == 0 and gdt != _model_dtype(v):
         notes.append(f"The prediction holds and reduces gradients in {gdt}; DeepSpeed without ZeRO keeps them "
                      "in the model dtype (half the gradient memory and traffic of the prediction).")
-    if dp and p.overlap_param_gather and p.zero in (1, 2):
+    if dp and planned.overlap_param_gather and p.zero in (1, 2):
         notes.append("The prediction overlaps the ZeRO weight all-gather with the next forward (Megatron's "
                      "--overlap-param-gather); DeepSpeed gathers right after step(), so expect that gather exposed.")
-    if dp and p.overlap_grad_reduce and p.zero == 0:
+    if dp and planned.overlap_grad_reduce and p.zero == 0:
         notes.append("The prediction overlaps the gradient all-reduce with the backward; DeepSpeed without ZeRO "
                      "all-reduces after it (use zero_optimization.stage 1 with overlap_comm to overlap).")
-    return notes
+    return notes + adapted
 
 
 TRAIN_BLOCK = """\

@@ -1,35 +1,77 @@
 """Megatron-LM: a torchrun launch script for ``pretrain_gpt.py`` carrying every parallel option
-of the plan.
+of the plan and every model feature Megatron needs to build that model.
 
-Flag names are those of Megatron-LM main @ d98e8a64 (launch_formats.md sec. 2): most are the
-dashed field names of ``TransformerConfig`` / ``ModelParallelConfig`` (sec. 2.1), the uneven
-pipeline and VPP flags are the hand-written ones of ``megatron/training/arguments.py``
-(sec. 2.2); removed flags of sec. 2.3 are never emitted.
+Flag names are those of the Megatron-LM snapshot in ``shared/engines/megatron-lm``
+(megatron-core 0.20.0; ``megatron/training/arguments.py`` = ARGS, ``transformer_config.py`` =
+TC; the line numbers are in /work/notes/megatron.md). Most flags are the dashed field names of
+``TransformerConfig`` / ``ModelParallelConfig``; the uneven pipeline and VPP flags are
+ARGS:3095-3117. Only plans megatron-core runs are written (:func:`planner.emit.common.for_engine`
+with the ``megatron-core`` profile): ZeRO-2/3 is Megatron-FSDP, which the profile does not run
+with a pipeline.
 """
 
 from __future__ import annotations
 
 from planner.cost.memory import grad_dtype
-from planner.emit.common import LaunchSpec, PlanView, comment, provenance_lines, render_torchrun
+from planner.emit.common import LaunchSpec, PlanView, chunk_sizes, comment, for_engine, provenance_lines, render_torchrun
 from planner.errors import InputError
 
-__all__ = ["pipeline_layout", "MEGATRON_TARGET", "MEGATRON_SCRIPT", "USER_BLOCK", "megatron_args", "megatron_env", "megatron_launch_spec",
-           "megatron_notes", "megatron_files"]
+__all__ = ["pipeline_layout", "pipeline_args", "MEGATRON_ENGINE", "MEGATRON_TARGET", "MEGATRON_SCRIPT", "USER_BLOCK", "megatron_args",
+           "megatron_env", "megatron_launch_spec", "megatron_notes", "megatron_files", "megatron_view"]
 
-MEGATRON_TARGET = "Megatron-LM main @ d98e8a64, pretrain_gpt.py"
+MEGATRON_ENGINE = "megatron-core"
+MEGATRON_TARGET = "Megatron-LM (megatron-core 0.20.0 snapshot), pretrain_gpt.py"
 MEGATRON_SCRIPT = "megatron_launch.sh"
+
+# Routers are not part of ModelSpec: the published recipe of a known model, else Megatron's
+# softmax top-k with the auxiliary load-balancing loss at the coefficient TC:875-878 recommends.
+_DEFAULT_ROUTER = ["--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", "1e-2"]
+_ROUTERS = {
+    # DeepSeek-V3 report (arXiv 2412.19437) sec. 2.1.2 and 4.2: sigmoid affinities, auxiliary-loss-
+    # free balancing by a per-expert bias (update speed 0.001), routed weights scaled by 2.5,
+    # node-limited routing (8 groups, top 4), a sequence-wise balance loss of 0.0001; the same
+    # flags as Megatron-LM's examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh.
+    "deepseek-v3": ["--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias",
+                    "--moe-router-bias-update-rate", "1e-3", "--moe-router-topk-scaling-factor", "2.5",
+                    "--moe-router-num-groups", "8", "--moe-router-group-topk", "4",
+                    "--moe-router-load-balancing-type", "seq_aux_loss", "--moe-aux-loss-coeff", "1e-4"],
+}
+
+
+def megatron_view(v: PlanView) -> tuple[PlanView, list[str]]:
+    """The plan as megatron-core runs it (InputError with the engine's reason otherwise)."""
+    return for_engine(v, MEGATRON_ENGINE)
+
+
+def _rotary_base(theta: float) -> int:
+    """--rotary-base is an int (ARGS:2418): 5e5 is rejected as "invalid int value"."""
+    if theta != int(theta):
+        raise InputError("model.rope_theta", theta, "a whole number (Megatron's --rotary-base is an int)")
+    return int(theta)
 
 
 def _model_args(v: PlanView) -> list[str]:
     m, j = v.model, v.job
-    a = ["--num-layers", m.layers, "--hidden-size", m.hidden, "--ffn-hidden-size", m.ffn_hidden,
-         "--num-attention-heads", m.heads]
-    if m.kv_heads != m.heads:  # grouped-query attention (sec. 2.4)
+    a: list[object] = ["--num-layers", m.layers, "--hidden-size", m.hidden, "--ffn-hidden-size", m.ffn_hidden,
+                       "--num-attention-heads", m.heads]
+    if m.is_mla:
+        # Multi-head latent attention (TC:288; ARGS:3548-3556; DeepSeek-V3 report sec. 2.1.1):
+        # Megatron's CLI defaults (kv-lora-rank 32, no Q compression) are not DeepSeek's, so every
+        # dimension is written. --qk-layernorm turns on the norms of the compressed latents.
+        a += ["--multi-latent-attention", "--kv-lora-rank", m.kv_lora_rank, "--qk-head-dim", m.head_dim,
+              "--qk-pos-emb-head-dim", m.qk_rope_head_dim, "--v-head-dim", m.v_head_dim or m.head_dim, "--qk-layernorm"]
+        if m.q_lora_rank:
+            a += ["--q-lora-rank", m.q_lora_rank]
+    elif m.kv_heads != m.heads:  # grouped-query attention (ARGS:2382; exclusive with MLA, ARGS:1973)
         a += ["--group-query-attention", "--num-query-groups", m.kv_heads]
     a += ["--kv-channels", m.head_dim, "--seq-length", j.seq_len, "--max-position-embeddings", j.seq_len]
-    if m.norm == "rmsnorm":
-        # The plan does not record the position embedding; RMSNorm models (Llama family) use RoPE.
-        a += ["--position-embedding-type", "rope", "--normalization", "RMSNorm"]
+    if m.position_embedding == "rope":
+        a += ["--position-embedding-type", "rope"]
+        if m.rope_theta is not None:
+            a += ["--rotary-base", _rotary_base(m.rope_theta)]
+    else:
+        a += ["--position-embedding-type", "learned_absolute"]
+    a += ["--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"]
     if m.mlp == "swiglu":
         a.append("--swiglu")
     elif m.mlp == "relu2":
@@ -37,7 +79,7 @@ def _model_args(v: PlanView) -> list[str]:
     if not m.bias:
         a.append("--disable-bias-linear")
     if not m.tied_embeddings:
-        a.append("--untie-embeddings-and-output-weights")  # Megatron ties by default (sec. 2.4)
+        a.append("--untie-embeddings-and-output-weights")  # Megatron ties by default
     return [str(x) for x in a]
 
 
@@ -45,67 +87,91 @@ def _moe_args(v: PlanView) -> list[str]:
     moe = v.model.moe
     if moe is None:
         return []
-    a = ["--num-experts", moe.experts, "--moe-router-topk", moe.top_k, "--moe-ffn-hidden-size", moe.expert_ffn_hidden]
+    a: list[object] = ["--num-experts", moe.experts, "--moe-router-topk", moe.top_k, "--moe-ffn-hidden-size", moe.expert_ffn_hidden]
     if moe.shared_experts:
         a += ["--moe-shared-expert-intermediate-size", moe.shared_experts * moe.expert_ffn_hidden]
     if moe.dense_layers:
-        # Python-list form of --moe-layer-freq: 0 = dense layer, 1 = MoE layer.
+        # Python-list form of --moe-layer-freq (ARGS:327-350): 0 = dense layer, 1 = MoE layer.
         a += ["--moe-layer-freq", f"([0]*{moe.dense_layers}+[1]*{v.model.layers - moe.dense_layers})"]
-    a += ["--moe-token-dispatcher-type", "alltoall"]
+    if moe.capacity_factor is not None:
+        a += ["--moe-expert-capacity-factor", moe.capacity_factor]
+    # all-to-all dispatch (what the cost model prices), grouped expert GEMMs, fp32 router.
+    a += ["--moe-token-dispatcher-type", "alltoall", "--moe-grouped-gemm", "--moe-router-dtype", "fp32"]
+    a += _ROUTERS.get(v.model_id, _DEFAULT_ROUTER)
     return [str(x) for x in a]
 
 
 def pipeline_layout(stages: tuple[int, ...] | list[int], vpp: int) -> str:
-    """Megatron's ``--pipeline-model-parallel-layout`` for a split of layers over pipeline ranks,
-    each rank's layers divided equally over its ``vpp`` model chunks."""
-    pp = len(stages)
-    segments = ["t" * (stages[j % pp] // vpp) for j in range(pp * vpp)]
-    segments[0] = "E" + segments[0]
-    segments[-1] = segments[-1] + "L"
-    return "|".join(segments)
+    """Megatron's ``--pipeline-model-parallel-layout`` for per-rank layer counts ``stages``:
+    the pp x vpp virtual stages in chunk-major order (virtual stage j on rank j % pp, TC:119-121),
+    E = embedding, t = one transformer layer, L = output layer and loss; chunk sizes from
+    :func:`planner.emit.common.chunk_sizes`. Runs of equal stages are written ``(...)*n``
+    (pipeline_parallel_layer_layout.py:291-301 unrolls one level)."""
+    segs = ["t" * n for n in chunk_sizes(stages, vpp)]
+    if len(segs) == 1:
+        return "E" + segs[0] + "L"
+    text, i, middle = "E" + segs[0] + "|", 1, len(segs) - 1
+    while i < middle:
+        j = i
+        while j + 1 < middle and segs[j + 1] == segs[i]:
+            j += 1
+        n = j - i + 1
+        text += f"({segs[i]}|)*{n}," if n > 2 else (segs[i] + "|") * n
+        i = j + 1
+    return text + segs[-1] + "L"
 
 
-def _pipeline_args(v: PlanView) -> list[str]:
+def _account_split(stages: tuple[int, ...], vpp: int) -> bool:
+    """The split Megatron builds with --account-for-embedding-in-pipeline-split and
+    --account-for-loss-in-pipeline-split (transformer_block.py:148-203): L+2 slots, equal per
+    rank and chunk, the first chunk of rank 0 and the last chunk of the last rank one layer short."""
+    pp, slots = len(stages), sum(stages) + 2
+    if slots % (pp * vpp):
+        return False
+    per = slots // pp
+    return list(stages) == [per - (r == 0) - (r == pp - 1) for r in range(pp)]
+
+
+def pipeline_args(v: PlanView) -> list[str]:
+    """The pipeline-split flags: plain (even), first/last, account flags, or a layout string."""
     p = v.parallel
+    if p.pp == 1:
+        return []
+    stages, vpp = v.stage_layers, p.vpp
+    even_chunks = all(n % vpp == 0 for n in stages)
+    middle = stages[1:-1]
+    first_last = len(set(middle)) <= 1 and (not middle or middle[0] > 0) and (vpp == 1 or even_chunks)
     a: list[object] = []
-    if p.schedule not in ("1f1b", "interleaved"):
-        raise InputError("parallel.schedule", p.schedule, "1f1b or interleaved for Megatron-LM")
-    stages = v.stage_layers
-    if p.vpp > 1:
-        for r, n in enumerate(stages):
-            if n % p.vpp:
-                raise InputError(f"parallel.layers_per_stage[{r}]", n, f"a multiple of vpp ({p.vpp}) for Megatron-LM")
-        # Default microbatch group size per virtual stage is PP; the interleaved schedule then
-        # needs the microbatch count to be a multiple of PP (sec. 2.2).
-        if v.num_microbatches % p.pp:
-            raise InputError("parallel.num_microbatches", v.num_microbatches,
-                             f"a multiple of pp ({p.pp}) for Megatron's interleaved schedule")
-    if v.uneven and len(set(stages[1:-1])) > 1:
-        # Unequal middle stages: --pipeline-model-parallel-layout lists the pp x vpp virtual
-        # stages in schedule order (virtual stage j on rank j % pp, model chunk j // pp);
-        # E = embedding, t = one transformer layer, L = output layer and loss (sec. 2.2). It
-        # replaces the first/last and virtual-stage flags.
-        a += ["--pipeline-model-parallel-layout", pipeline_layout(stages, p.vpp)]
-        return [str(x) for x in a]
-    if v.uneven:
+    if not v.uneven:
+        if vpp > 1:
+            a += ["--num-layers-per-virtual-pipeline-stage", stages[0] // vpp]
+    elif vpp > 1 and not even_chunks and _account_split(stages, vpp):
+        # Llama 3.1 405B on pp 8 x vpp 8: (15, 16 x 6, 15); TC:2370-2415 checks (L+2) % (pp*vpp).
+        a += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
+              "--num-virtual-stages-per-pipeline-rank", vpp]
+    elif first_last:
+        # Equal middle stages (TC:2294-2368); --num-layers-per-virtual-pipeline-stage is
+        # rejected together with them (ARGS:954-956), the virtual-stage count is not.
         a += ["--decoder-first-pipeline-num-layers", stages[0], "--decoder-last-pipeline-num-layers", stages[-1]]
-    if p.vpp > 1:
-        if v.uneven:
-            # --num-layers-per-virtual-pipeline-stage is rejected with uneven first/last stages.
-            a += ["--num-virtual-stages-per-pipeline-rank", p.vpp]
-        else:
-            a += ["--num-layers-per-virtual-pipeline-stage", stages[0] // p.vpp]
+        if vpp > 1:
+            a += ["--num-virtual-stages-per-pipeline-rank", vpp]
+    else:
+        # Anything else: the explicit layout (it replaces the first/last and virtual-stage flags;
+        # vpp = stages / pp, ARGS:941-952).
+        a += ["--pipeline-model-parallel-layout", pipeline_layout(stages, vpp)]
     return [str(x) for x in a]
 
 
 def _parallel_args(v: PlanView) -> list[str]:
     p = v.parallel
+    if p.schedule not in ("1f1b", "interleaved"):
+        raise InputError("parallel.schedule", p.schedule, "1f1b or interleaved for Megatron-LM")
     a: list[object] = ["--tensor-model-parallel-size", p.tp, "--pipeline-model-parallel-size", p.pp,
                        "--context-parallel-size", p.cp]
     if v.model.moe is not None:
         # ETP = TP pins the expert grid that planner.emit.layout documents.
         a += ["--expert-model-parallel-size", p.ep, "--expert-tensor-parallel-size", p.tp]
-    if p.sequence_parallel and p.tp > 1:  # Megatron drops SP with a warning when TP == 1
+    if p.sequence_parallel and p.tp > 1:  # Megatron drops SP with a warning when TP == 1 (ARGS:1433-1439)
         a.append("--sequence-parallel")
         if p.tp_comm_overlap:  # TE userbuffer overlap of the SP all-gather/reduce-scatter (needs SP)
             a.append("--tp-comm-overlap")
@@ -116,26 +182,26 @@ def _memory_args(v: PlanView) -> list[str]:
     p = v.parallel
     a: list[str] = []
     if p.recompute == "selective":
-        a += ["--recompute-granularity", "selective"]  # recomputes core attention (default modules)
+        a += ["--recompute-granularity", "selective"]  # recomputes core attention (default modules, TC:1940)
     elif p.recompute == "full":
-        # uniform, 1 layer per chunk: every transformer layer is checkpointed (sec. 2.2).
+        # uniform, 1 layer per chunk: every transformer layer is checkpointed (core/recompute.py:157-183).
         a += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
     if p.zero >= 1:
         a.append("--use-distributed-optimizer")  # ZeRO-1: optimizer states sharded over DP
     if p.overlap_grad_reduce and p.dp * p.cp > 1:
-        # The cost model hides the bucketed gradient reduction behind the last backward
-        # (stages.stage_sync); Megatron does that only when asked.
+        # The cost model hides the bucketed gradient reduction behind the last backward;
+        # Megatron does that only when asked.
         a.append("--overlap-grad-reduce")
-        if p.overlap_param_gather and p.zero in (1, 2):  # Megatron requires it with the one above
-            a.append("--overlap-param-gather")  # the weight gather beside the next forward
+        if p.overlap_param_gather and p.zero in (1, 2):  # needs --overlap-grad-reduce (ARGS:1024-1029)
+            a.append("--overlap-param-gather")
     if p.zero >= 2:
-        # ZeRO-2/3 = Megatron FSDP with the matching sharding strategy (sec. 0 glossary).
-        # validate_args: Megatron-FSDP requires --ckpt-format fsdp_dtensor.
+        # ZeRO-2/3 = Megatron-FSDP optim_grads / optim_grads_params (ARGS:3190-3192;
+        # mcore_fsdp_adapter.py:166-169). validate_args requires --ckpt-format fsdp_dtensor
+        # (ARGS:1118-1187) and CUDA_DEVICE_MAX_CONNECTIONS unset (megatron_env).
         a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads" if p.zero == 2 else "optim_grads_params",
               "--ckpt-format", "fsdp_dtensor"]
         if v.job.precision != "fp16":
-            # Megatron FSDP keeps gradients in its own dtype (default: the compute dtype), not
-            # --grad-reduce-in-bf16's: ask for the one the prediction assumed.
+            # Megatron-FSDP keeps gradients in its own dtype (ARGS:3691), not --grad-reduce-in-bf16's.
             a += ["--megatron-fsdp-main-grads-dtype", grad_dtype(v.job.precision, v.job.grad_reduce)]
     return a
 
@@ -158,9 +224,9 @@ def _batch_precision_args(v: PlanView) -> list[str]:
 
 def megatron_args(v: PlanView) -> list[list[str]]:
     """The plan-derived ``pretrain_gpt.py`` arguments, grouped (model, MoE, parallel, pipeline,
-    memory, batch/precision); raises InputError where Megatron-LM cannot express the plan."""
-    return [_model_args(v), _moe_args(v), _parallel_args(v), _pipeline_args(v), _memory_args(v),
-            _batch_precision_args(v)]
+    memory, batch/precision); raises InputError where megatron-core cannot run the plan."""
+    v, _ = megatron_view(v)
+    return [_model_args(v), _moe_args(v), _parallel_args(v), pipeline_args(v), _memory_args(v), _batch_precision_args(v)]
 
 
 USER_BLOCK = """\
@@ -174,7 +240,7 @@ TRAINING_ARGS=(--train-iters 1000 --lr 3.0e-4 --min-lr 3.0e-5 --lr-decay-style c
 
 def megatron_env(v: PlanView) -> str:
     """CUDA_DEVICE_MAX_CONNECTIONS: 1 as Megatron's examples (TP/SP overlap), but Megatron-FSDP
-    (ZeRO-2/3) asserts it is unset or > 1 (arguments.py validate_args)."""
+    (ZeRO-2/3) asserts it is unset or > 1 (ARGS:1118-1187)."""
     if v.parallel.zero >= 2:
         return "unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP requires it unset or > 1\n"
     return "export CUDA_DEVICE_MAX_CONNECTIONS=1  # as Megatron's examples, for TP/SP overlap\n"
@@ -189,13 +255,22 @@ def megatron_launch_spec(v: PlanView) -> LaunchSpec:
 
 
 def megatron_notes(v: PlanView) -> list[str]:
-    p = v.parallel
-    return [
+    v, notes = megatron_view(v)
+    p, m = v.parallel, v.model
+    out = [
         f"Megatron derives dp = world / (tp x pp x cp) = {v.world} / ({p.tp} x {p.pp} x {p.cp}) = {p.dp}; "
         f"microbatches = global / (micro x dp) = {v.num_microbatches}.",
         "Rank order tp-cp-ep-dp-pp (Megatron default): tensor-parallel groups are consecutive ranks.",
         "Dry run of the process groups without a cluster: add --fake-process-group and set WORLD_SIZE/RANK by hand.",
     ]
+    if m.position_embedding == "rope" and m.rope_theta is None:
+        out.append("The model records no rotary base: Megatron's default --rotary-base 10000 applies.")
+    if m.moe is not None:
+        router = "the published DeepSeek-V3 router" if v.model_id in _ROUTERS else "softmax top-k with aux_loss 1e-2"
+        out.append(f"MoE router: {router} (the plan does not record the router; edit the --moe-router-* flags for yours).")
+    if p.pp > 1 and p.vpp > 1 and not all(n % p.vpp == 0 for n in v.stage_layers):
+        out.append("Layers per virtual stage: " + ", ".join(map(str, chunk_sizes(v.stage_layers, p.vpp))) + " (chunk-major order).")
+    return out + notes
 
 
 def megatron_files(v: PlanView) -> dict[str, str]:

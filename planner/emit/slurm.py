@@ -13,6 +13,7 @@ from __future__ import annotations
 from planner.emit import deepspeed as ds
 from planner.emit import megatron as mg
 from planner.emit import torchtitan as tt
+from planner.emit import torchtitan030 as tt030
 from planner.emit.common import PlanView, comment, provenance_lines, render_torchrun
 from planner.errors import InputError
 
@@ -49,10 +50,15 @@ def _engine_parts(v: PlanView, engine: str) -> tuple[object, list[str], dict[str
         return spec, lines, files, ds.TRAIN_BLOCK
     if engine == "torchtitan":
         spec = tt.torchtitan_launch_spec(v)
-        lines = provenance_lines(v, "torchtitan under SLURM", tt.TORCHTITAN_TARGET) + tt.torchtitan_notes(v)
-        files = {k: c for k, c in tt.torchtitan_files(v).items() if k == tt.TITAN_CONFIG}
-        user = ("# Run from a torchtitan v0.2.2 checkout.\n"
-                'export PYTORCH_ALLOC_CONF="expandable_segments:True"\n')
+        target = tt.TORCHTITAN_TARGET if "--job.config_file" in spec.arg_lines[0] else "torchtitan 0.3.0 config module"
+        lines = provenance_lines(v, "torchtitan under SLURM", target) + tt.torchtitan_notes(v)
+        files = {k: c for k, c in tt.torchtitan_files(v).items() if k in (tt.TITAN_CONFIG, f"{tt030.TITAN030_MODULE}.py")}
+        if tt.TITAN_CONFIG in files:
+            files.pop(f"{tt030.TITAN030_MODULE}.py", None)
+            user = "# Run from a torchtitan 0.2.2 checkout.\n"
+        else:
+            user = f'export PYTHONPATH="${{SLURM_SUBMIT_DIR:-$PWD}}:${{PYTHONPATH:-}}"  # for --module {tt030.TITAN030_MODULE}\n'
+        user += 'export PYTORCH_ALLOC_CONF="expandable_segments:True"\n'
         return spec, lines, files, user
     raise InputError("slurm_engine", engine, "one of " + ", ".join(SLURM_ENGINES))
 

@@ -8,11 +8,19 @@ import shutil
 import subprocess
 from pathlib import Path
 
-__all__ = ["FIXTURES", "ALL_PLANS", "load", "logical_lines", "command_words", "flags_after", "bash_n"]
+__all__ = ["FIXTURES", "ALL_PLANS", "MEGATRON_PLANS", "load", "logical_lines", "command_words", "flags_after", "bash_n"]
 
 FIXTURES = Path(__file__).parent / "fixtures"
+# Hand-written plan documents (engine-less: megatron-core, the default) and ones written by
+# `planner plan --json` (llama405b_512gpu: --model llama3.1-405b --gpus 512 --tp 8 --pp 8 --vpp 8
+# -s 8192 -b 512 --top 2; deepseek_v3_1024gpu: --model deepseek-v3 --gpus 1024 -s 4096 -b 4096
+# --top 3; llama8b_fsdp_64gpu: --model llama3.1-8b --gpus 64 --pp 1 --zero 3 -s 8192 -b 256 --top 2).
 ALL_PLANS = [("llama70b_64gpu", 1), ("llama70b_64gpu", 2), ("llama70b_64gpu", 3), ("tiny_moe_8gpu", 1),
              ("tiny_moe_8gpu", 2), ("gpt_dense_16gpu", 1), ("gpt_dense_16gpu", 2)]
+# Plans megatron-core runs (llama70b_64gpu rank 2 is Megatron-FSDP with a pipeline: refused).
+MEGATRON_PLANS = [fr for fr in ALL_PLANS if fr != ("llama70b_64gpu", 2)] + [
+    ("llama405b_512gpu", 1), ("llama405b_512gpu", 2), ("deepseek_v3_1024gpu", 1), ("deepseek_v3_1024gpu", 2),
+    ("deepseek_v3_1024gpu", 3), ("llama8b_fsdp_64gpu", 1), ("llama8b_fsdp_64gpu", 2)]
 
 
 def load(name: str) -> dict:

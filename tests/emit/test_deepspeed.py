@@ -12,7 +12,11 @@ from planner.emit import emit_files
 from planner.emit.common import load_plan_view
 from planner.errors import InputError
 
-DS_PLANS = [("tiny_moe_8gpu", 1), ("gpt_dense_16gpu", 1), ("gpt_dense_16gpu", 2)]
+# (engine deepspeed: tp 1, pp 1 | tp 1, pp 2), (megatron-deepspeed: tp 4 x pp 16, ZeRO 0 and 1),
+# engine-less plans DeepSpeed runs as megatron-deepspeed (tp 2 / tp 4 with ZeRO-3, no pipeline;
+# tp 8 x pp 32 with MoE).
+DS_PLANS = [("deepspeed_llama8b_16gpu", 1), ("deepspeed_llama8b_16gpu", 2), ("megatron_deepspeed_llama70b_64gpu", 1),
+            ("megatron_deepspeed_llama70b_64gpu", 2), ("gpt_dense_16gpu", 1), ("llama8b_fsdp_64gpu", 1), ("deepseek_v3_1024gpu", 1)]
 
 
 @pytest.mark.parametrize("fixture,rank", DS_PLANS)
@@ -21,11 +25,14 @@ def test_config_matches_plan(fixture, rank):
     v = load_plan_view(doc, rank)
     p = v.parallel
     cfg = json.loads(emit_files(doc, "deepspeed", rank)["ds_config.json"])
-    mbs, gas, tbs = cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"], cfg["train_batch_size"]
+    mbs, gas = cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"]
     # DeepSpeed's rule: train_batch_size = micro x accumulation x data-parallel size.
     dp = v.num_gpus // (p.tp * p.pp)
-    assert dp == p.dp and tbs == mbs * gas * dp
-    assert (mbs, gas, tbs) == (p.micro_batch_size, v.num_microbatches, v.job.global_batch_size)
+    assert dp == p.dp and mbs * gas * dp == v.job.global_batch_size
+    assert (mbs, gas) == (p.micro_batch_size, v.num_microbatches)
+    # The full triple only where every path sees W = dp (no tensor or pipeline parallelism).
+    assert ("train_batch_size" in cfg) == (p.tp == 1 and p.pp == 1)
+    assert cfg.get("train_batch_size", v.job.global_batch_size) == v.job.global_batch_size
     assert cfg["zero_optimization"]["stage"] == p.zero
     assert p.pp == 1 or cfg["zero_optimization"]["stage"] <= 1
     if v.job.precision == "fp16":
@@ -33,9 +40,10 @@ def test_config_matches_plan(fixture, rank):
     else:
         assert cfg["bf16"]["enabled"] is True and "fp16" not in cfg
     assert ("activation_checkpointing" in cfg) == (p.recompute != "none")
-    assert cfg.get("tensor_parallel", {}).get("autotp_size", 1) == p.tp
-    assert cfg.get("expert_parallel", {}).get("autoep_size", 1) == p.ep
+    assert "tensor_parallel" not in cfg and "expert_parallel" not in cfg  # TP is Megatron-DeepSpeed's, no EP
     assert cfg["_planner"]["plan_rank"] == rank and cfg["_planner"]["degrees"]["tp"] == p.tp
+    assert cfg["_planner"]["engine"] == (doc.get("engine") if doc.get("engine") in ("deepspeed", "megatron-deepspeed")
+                                         else ("megatron-deepspeed" if p.tp > 1 else "deepspeed"))
 
 
 @pytest.mark.parametrize("fixture,rank", DS_PLANS)
@@ -61,10 +69,25 @@ def test_engine_rules_rejected():
     doc = load("llama70b_64gpu")
     with pytest.raises(InputError, match="zero"):
         emit_files(doc, "deepspeed", 2)  # pp=4 with ZeRO-2
+    d = copy.deepcopy(doc)
+    d["plans"][0]["parallel"]["recompute"] = "full"
     with pytest.raises(InputError, match="schedule"):
-        emit_files(doc, "deepspeed", 1)  # interleaved
-    with pytest.raises(InputError, match="cp"):
+        emit_files(d, "deepspeed", 1)  # interleaved
+    with pytest.raises(InputError, match="recompute"):
+        emit_files(doc, "deepspeed", 1)  # selective recompute: DeepSpeed checkpoints whole layers
+    with pytest.raises(InputError, match="parallel.cp"):
         emit_files(load("tiny_moe_8gpu"), "deepspeed", 2)
+    with pytest.raises(InputError, match="parallel.ep"):
+        emit_files(load("tiny_moe_8gpu"), "deepspeed", 1)
+
+
+def test_notes_say_what_the_script_must_pass():
+    from planner.emit.deepspeed import deepspeed_notes  # noqa: PLC0415
+
+    notes = " ".join(deepspeed_notes(load_plan_view(load("llama8b_fsdp_64gpu"), 1)))  # tp 4, no pipeline
+    assert "mpu" in notes and "get_data_parallel_world_size() is 16" in notes and "world size (64)" in notes
+    notes = " ".join(deepspeed_notes(load_plan_view(load("deepspeed_llama8b_16gpu"), 2)))  # pp 2
+    assert "PipelineModule" in notes
 
 
 # --- DeepSpeed's own code (pip install deepspeed) --------------------------------------------
@@ -77,36 +100,54 @@ class _Mpu:
         return self.dp
 
 
+def _ds_config(cfg: dict, *, dp: int | None, world: int):
+    """DeepSpeedConfig as deepspeed.initialize builds it: with an mpu reporting ``dp`` (Megatron,
+    Megatron-DeepSpeed, a PipelineModule's grid), or without one (world size from the process
+    group). No process group on a test box: dist.get_rank / get_world_size are stood in for
+    (config.py asks them first and would otherwise fall back to world size 1)."""
+    from unittest import mock  # noqa: PLC0415
+
+    import deepspeed.comm as dscomm  # noqa: PLC0415
+    from deepspeed.runtime.config import DeepSpeedConfig  # noqa: PLC0415
+
+    with mock.patch.object(dscomm, "get_rank", return_value=0), mock.patch.object(dscomm, "get_world_size", return_value=world):
+        return DeepSpeedConfig(copy.deepcopy(cfg), mpu=None if dp is None else _Mpu(dp))
+
+
 @pytest.mark.parametrize("fixture,rank", DS_PLANS)
-def test_deepspeed_config_class_accepts(fixture, rank, monkeypatch):
-    """DeepSpeedConfig parses the JSON (with the "_planner" key) and checks the batch triple
-    against the data-parallel size an mpu reports; its hostfile parser reads the hostfile."""
+def test_deepspeed_config_class_accepts(fixture, rank):
+    """DeepSpeedConfig parses the JSON (with the "_planner" key) and checks the batch triple on
+    both paths: with an mpu (W = dp: the plan's global batch) and without (W = world size)."""
     pytest.importorskip("torch")
-    ds_config = pytest.importorskip("deepspeed.runtime.config")
-    from deepspeed.launcher.runner import _parse_hostfile
+    pytest.importorskip("deepspeed.runtime.config")
+    from deepspeed.launcher.runner import _parse_hostfile  # noqa: PLC0415
 
     doc = load(fixture)
     v = load_plan_view(doc, rank)
     files = emit_files(doc, "deepspeed", rank)
-    # No process group on a test box: DeepSpeedConfig asks dist for the rank first.
-    monkeypatch.setattr(ds_config.dist, "get_rank", lambda *a, **k: 0)
-    cfg = ds_config.DeepSpeedConfig(json.loads(files["ds_config.json"]), mpu=_Mpu(v.parallel.dp))
-    assert cfg.world_size == v.parallel.dp
-    assert cfg.train_batch_size == v.job.global_batch_size
-    assert cfg.gradient_accumulation_steps == v.num_microbatches
-    assert cfg.zero_optimization_stage == v.parallel.zero
-    assert cfg.bfloat16_config.enabled == (v.job.precision != "fp16")
+    raw = json.loads(files["ds_config.json"])
+    with_mpu = _ds_config(raw, dp=v.parallel.dp, world=v.world)
+    assert with_mpu.world_size == v.parallel.dp
+    assert with_mpu.train_batch_size == v.job.global_batch_size
+    assert with_mpu.gradient_accumulation_steps == v.num_microbatches
+    assert with_mpu.zero_optimization_stage == v.parallel.zero
+    assert with_mpu.bfloat16_config.enabled == (v.job.precision != "fp16")
+    if v.parallel.pp > 1:  # runtime/pipe/engine.py:92-105 (micro_batches = gradient_accumulation_steps)
+        assert with_mpu.train_batch_size == with_mpu.train_micro_batch_size_per_gpu * with_mpu.gradient_accumulation_steps * v.parallel.dp
+    no_mpu = _ds_config(raw, dp=None, world=v.world)
+    assert no_mpu.world_size == v.world
+    assert no_mpu.gradient_accumulation_steps == v.num_microbatches
+    assert no_mpu.train_batch_size == v.parallel.micro_batch_size * v.num_microbatches * v.world
     # A wrong triple is rejected by the same code (the check is live).
-    bad = json.loads(files["ds_config.json"])
-    bad["train_batch_size"] += 1
+    bad = dict(raw, train_batch_size=v.job.global_batch_size + v.parallel.dp)
     with pytest.raises(AssertionError):
-        ds_config.DeepSpeedConfig(bad, mpu=_Mpu(v.parallel.dp))
+        _ds_config(bad, dp=v.parallel.dp, world=v.world)
     pool = _parse_hostfile(files["hostfile"].splitlines())
     assert list(pool.values()) == [v.gpus_per_node] * v.num_nodes
 
 
 def test_zero_stage_rules_kept():
-    doc = copy.deepcopy(load("gpt_dense_16gpu"))
+    doc = copy.deepcopy(load("gpt_dense_16gpu"))  # tp 2 ZeRO-3 (Megatron-DeepSpeed)
     cfg = json.loads(emit_files(doc, "deepspeed", 1)["ds_config.json"])
     assert cfg["zero_optimization"]["stage"] == 3 and "stage3_prefetch_bucket_size" in cfg["zero_optimization"]
 
@@ -114,7 +155,8 @@ def test_zero_stage_rules_kept():
 def test_notes_say_which_overlaps_the_prediction_assumed_that_deepspeed_lacks():
     from planner.emit.deepspeed import deepspeed_notes  # noqa: PLC0415
 
-    doc = load("llama70b_64gpu")  # rank 1: tp8 pp4 dp2 ZeRO-1 with overlap_param_gather
+    doc = copy.deepcopy(load("llama70b_64gpu"))  # rank 1: tp8 pp4 dp2 ZeRO-1 with overlap_param_gather
+    doc["plans"][0]["parallel"].update(vpp=1, schedule="1f1b", recompute="full")  # as DeepSpeed runs it
     v = load_plan_view(doc, 1)
     assert v.parallel.overlap_param_gather and v.parallel.zero == 1
     assert any("--overlap-param-gather" in n for n in deepspeed_notes(v))
@@ -132,7 +174,7 @@ def test_gradient_dtype_is_the_predictions_where_deepspeed_allows_it(zero, grad_
 
     doc = copy.deepcopy(load("llama70b_64gpu"))  # bf16
     doc["job"]["grad_reduce"] = grad_reduce
-    doc["plans"][0]["parallel"].update(zero=zero, vpp=1, schedule="1f1b")  # DeepSpeed's pipeline has no interleaving
+    doc["plans"][0]["parallel"].update(zero=zero, vpp=1, schedule="1f1b", recompute="full")  # DeepSpeed's pipeline: no interleaving
     v = load_plan_view(doc, 1)
     cfg = deepspeed_config(v)
     if want is None:  # DeepSpeed without ZeRO accepts only model-dtype gradients: default kept, note says so

@@ -1,0 +1,120 @@
+"""Megatron-LM's own code accepts the emitted launch arguments: parse_args + validate_args,
+core_transformer_config_from_args, the microbatch calculator and get_num_layers_to_build for
+every (pipeline rank, virtual stage), run on the Megatron-LM snapshot (SHARED_ENGINES/megatron-lm,
+or $PLANNER_MEGATRON_LM) in one subprocess (megatron_lm_worker.py) for all plans.
+
+Cases: every plan of MEGATRON_PLANS (among them Llama 3.1 405B on pp 8 x vpp 8 with the embedding
+and the loss in the split, DeepSeek-V3 with MLA + MoE + EP and a layout, Megatron-FSDP ZeRO-3),
+the layout flag for an uneven split with and without VPP, and two controls the same code must
+reject (so the check is live).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from emit_helpers import MEGATRON_PLANS, command_words, load
+from engine_env import megatron_lm_root, run_worker
+from planner.emit import emit_files
+from planner.emit.common import chunk_sizes, load_plan_view
+
+
+def _argv(doc: dict, rank: int) -> tuple[list[str], dict, list[str]]:
+    script = emit_files(doc, "megatron", rank)["megatron_launch.sh"]
+    v = load_plan_view(doc, rank)
+    words = command_words(script, "torchrun")
+    prog = next(i for i, w in enumerate(words) if w.endswith("pretrain_gpt.py"))
+    args = [w for w in words[prog + 1:] if not w.startswith('"$') and "${" not in w and w != "$@"]
+    # The script's DATA_ARGS and a minimal TRAINING_ARGS (not decided by the planner).
+    args += ["--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", str(v.model.vocab), "--train-iters", "10", "--lr", "1e-4"]
+    env = {"WORLD_SIZE": str(v.world), "RANK": "0", "LOCAL_RANK": "0"}
+    unset = []
+    if "unset CUDA_DEVICE_MAX_CONNECTIONS" in script:
+        unset.append("CUDA_DEVICE_MAX_CONNECTIONS")
+    else:
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    return args, env, unset
+
+
+def _layout_doc(vpp: int) -> dict:
+    doc = copy.deepcopy(load("llama70b_64gpu"))
+    doc["plans"][0]["parallel"].update(vpp=vpp, schedule="interleaved" if vpp > 1 else "1f1b", layers_per_stage=[18, 20, 24, 18])
+    return doc
+
+
+def _odd_doc() -> dict:
+    doc = copy.deepcopy(load("llama70b_64gpu"))
+    doc["plans"][0]["parallel"]["layers_per_stage"] = [19, 21, 21, 19]
+    return doc
+
+
+CASES = {f"{fx}-{r}": (load(fx), r) for fx, r in MEGATRON_PLANS}
+CASES.update({"layout-vpp1": (_layout_doc(1), 1), "layout-vpp2": (_layout_doc(2), 1), "odd-chunks-vpp2": (_odd_doc(), 1)})
+
+
+def _controls() -> list[dict]:
+    """Arguments Megatron must reject: 405B's split without the account flags (126 % 8, caught
+    only by get_num_layers_to_build) and a rotary base written as 5e5 (an int flag)."""
+    args, env, unset = _argv(load("llama405b_512gpu"), 1)
+    no_account = [a for a in args if a not in ("--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split")]
+    i = args.index("--rotary-base")
+    float_base = args[:i + 1] + ["5e5"] + args[i + 2:]
+    return [{"name": "control-no-account", "argv": no_account, "env": env, "unset": unset},
+            {"name": "control-float-rotary-base", "argv": float_base, "env": env, "unset": unset}]
+
+
+@pytest.fixture(scope="module")
+def megatron_results() -> dict[str, dict]:
+    root, where = megatron_lm_root()
+    if root is None:
+        pytest.skip(f"Megatron-LM snapshot not found at {where} (set PLANNER_MEGATRON_LM or PLANNER_SHARED)")
+    cases = []
+    for name, (doc, rank) in CASES.items():
+        args, env, unset = _argv(doc, rank)
+        cases.append({"name": name, "argv": args, "env": env, "unset": unset})
+    return run_worker("megatron_lm_worker.py", cases + _controls(), [str(root)])
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_megatron_lm_accepts(megatron_results, name):
+    doc, rank = CASES[name]
+    v = load_plan_view(doc, rank)
+    p, m = v.parallel, v.model
+    r = megatron_results[name]
+    assert r["ok"], r.get("error", "") + "\n" + r.get("trace", "")
+    a = r["args"]
+    assert (a["tensor_model_parallel_size"], a["pipeline_model_parallel_size"], a["context_parallel_size"], a["data_parallel_size"]) == \
+        (p.tp, p.pp, p.cp, p.dp)
+    assert (a["virtual_pipeline_model_parallel_size"] or 1) == p.vpp
+    assert r["microbatches"] == v.num_microbatches
+    # Layers Megatron builds per (virtual stage, rank) == the planner's chunks (chunk-major).
+    want = chunk_sizes(v.stage_layers, p.vpp) if p.pp > 1 else [m.layers]
+    got = [n for row in r["chunks"] for n in row]
+    assert got == want, (got, want)
+    assert a["position_embedding_type"] == ("rope" if m.position_embedding == "rope" else "learned_absolute")
+    if m.rope_theta is not None and m.position_embedding == "rope":
+        assert a["rotary_base"] == int(m.rope_theta)
+    assert a["multi_latent_attention"] == m.is_mla and (r["config"] == "MLATransformerConfig") == m.is_mla
+    if m.is_mla:
+        assert (a["q_lora_rank"], a["kv_lora_rank"], a["qk_head_dim"], a["qk_pos_emb_head_dim"], a["v_head_dim"]) == \
+            (m.q_lora_rank or None, m.kv_lora_rank, m.head_dim, m.qk_rope_head_dim, m.v_head_dim)
+    if m.moe is not None:
+        assert (a["num_experts"], a["moe_router_topk"], a["expert_model_parallel_size"]) == (m.moe.experts, m.moe.top_k, p.ep)
+        # initialize_model_parallel: the expert grid etp x ep x pp tiles the world (parallel_state.py)
+        assert v.world % (a["expert_tensor_parallel_size"] * p.ep * p.pp) == 0
+    assert a["use_distributed_optimizer"] == (p.zero >= 1)
+    assert a["use_megatron_fsdp"] == (p.zero >= 2)
+    if p.zero >= 2:
+        assert a["data_parallel_sharding_strategy"] == ("optim_grads" if p.zero == 2 else "optim_grads_params")
+        assert a["ckpt_format"] == "fsdp_dtensor"
+    assert (a["num_layers"], a["hidden_size"], a["ffn_hidden_size"], a["num_attention_heads"]) == (m.layers, m.hidden, m.ffn_hidden, m.heads)
+    assert a["untie_embeddings_and_output_weights"] == (not m.tied_embeddings)
+
+
+def test_the_check_is_live(megatron_results):
+    r = megatron_results["control-no-account"]
+    assert not r["ok"] and "divisible" in r["error"]
+    r = megatron_results["control-float-rotary-base"]
+    assert not r["ok"] and "SystemExit" in r["error"]
