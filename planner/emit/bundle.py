@@ -24,8 +24,13 @@ def _layout_lines(v: PlanView) -> list[str]:
     lay = RankLayout(tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp, ep=p.ep)
     out = [
         "Rank layout (Megatron-core order tp-cp-ep-dp-pp, tp fastest; rank = node x gpus_per_node + local rank).",
-        "Expert layers: ETP = tp, EP carved from the dp x cp ranks of each stage (see planner/emit/layout.py).",
     ]
+    etp = getattr(p, "etp", None)
+    if p.ep > 1 and etp not in (None, p.tp):
+        out.append(f"Expert layers: ETP = {etp} (not tp), so the expert groups below (ETP = tp) do not apply; see Megatron's "
+                   "--expert-tensor-parallel-size.")
+    else:
+        out.append("Expert layers: ETP = tp, EP carved from the dp x cp ranks of each stage (see planner/emit/layout.py).")
     for dim, token in (("tp", "tp"), ("cp", "cp"), ("dp", "dp"), ("pp", "pp"), ("ep", "expert:ep")):
         g = lay.groups(token)
         out.append(f"  {dim} groups ({len(g)} x {len(g[0])}): first {g[0]}" + (f", last {g[-1]}" if len(g) > 1 else ""))

@@ -87,7 +87,11 @@ FLAVORS: tuple[Flavor, ...] = (
            moe=(16, 1, 8192, 1, 0), versions=("0.2.2",)),
 )
 
-_MOE_FLAVORS = ", ".join(f"{f.name} {f.flavor}" for f in FLAVORS if f.moe)
+
+
+def _moe_flavors(versions: tuple[str, ...]) -> str:
+    return ", ".join(f"{f.name} {f.flavor}" + ("" if set(versions) <= set(f.versions) else f" ({'/'.join(f.versions)} only)")
+                     for f in FLAVORS if f.moe and set(versions) & set(f.versions))
 
 
 def _architecture(m: ModelSpec) -> list[str]:
@@ -104,21 +108,24 @@ def _architecture(m: ModelSpec) -> list[str]:
     return out
 
 
-def match_flavor(m: ModelSpec, model_id: str, version: str) -> Flavor:
-    """The registry entry of torchtitan ``version`` that is model ``m``; InputError saying why
-    there is none (never a near miss: another flavor would train another model)."""
+def match_flavor(m: ModelSpec, model_id: str, version: str | tuple[str, ...]) -> Flavor:
+    """The registry entry of torchtitan ``version`` (or of any of several) that is model ``m``;
+    InputError saying why there is none (never a near miss: another flavor would train another
+    model)."""
+    versions = (version,) if isinstance(version, str) else tuple(version)
+    version = " and ".join(versions)
     lacks = _architecture(m)
     if lacks:
         raise InputError("model", model_id, f"a model torchtitan can express; it cannot express {model_id}, because its "
                          f"decoders (llama3, llama4, qwen3, deepseek_v3) are RoPE + RMSNorm + SwiGLU without biases and "
                          f"{model_id} has {', '.join(lacks)}")
     for f in FLAVORS:
-        if version in f.versions and f.matches(m):
+        if set(versions) & set(f.versions) and f.matches(m):
             return f
     if m.moe is not None:
-        raise InputError("model", model_id, f"a model torchtitan {version} ships a flavor for; it cannot express {model_id}, "
+        raise InputError("model", model_id, f"a model torchtitan {version} has a flavor for; it cannot express {model_id}, "
                          f"because no flavor has {m.moe.experts} experts top-{m.moe.top_k} of width {m.moe.expert_ffn_hidden} "
-                         f"(its MoE flavors: {_MOE_FLAVORS}) and a dense flavor would drop the experts")
-    raise InputError("model", model_id, f"a model torchtitan {version} ships a flavor for; it cannot express {model_id}, "
+                         f"(its MoE flavors: {_moe_flavors(versions)}) and a dense flavor would drop the experts")
+    raise InputError("model", model_id, f"a model torchtitan {version} has a flavor for; it cannot express {model_id}, "
                      f"because no flavor has layers={m.layers} hidden={m.hidden} heads={m.heads}/{m.kv_heads} "
                      f"ffn={m.ffn_hidden} vocab={m.vocab} and a job config cannot define new dimensions")

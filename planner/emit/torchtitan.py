@@ -120,6 +120,8 @@ def titan_versions(v: PlanView) -> tuple[dict[str, dict], dict[str, str]]:
             errors[ver], why[ver] = exc, str(exc)
     if not ok:
         first = errors[VERSIONS[0]]
+        if all(e.field == "model" for e in errors.values()):
+            match_flavor(v.model, v.model_id, VERSIONS)  # one reason for both versions
         if len(set(why.values())) == 1:
             raise first
         raise InputError(first.field, first.value, first.expected + f" (torchtitan 0.3.0: {why[VERSIONS[1]]})")

@@ -65,7 +65,7 @@ def test_unknown_rank_and_engine():
 
 
 def test_write_files_all_or_nothing(tmp_path):
-    files = emit_files(load("tiny_moe_8gpu"), "all", 1)
+    files = emit_files(load("llama8b_fsdp_64gpu"), "all", 1)  # all three engines run it
     out = tmp_path / "out"
     written = write_files(files, out)
     assert sorted(p.name for p in written) == sorted(files)
@@ -117,13 +117,15 @@ def test_cli_launch(tmp_path, capsys):
     assert (out / "megatron_launch.sh").exists() and (out / "plan_summary.txt").exists()
     assert main(["launch", plan, "--engine", "megatron", "--out", str(out)]) == 2  # exists, no --force
     assert "--force" in capsys.readouterr().err
-    assert main(["launch", plan, "--engine", "megatron", "--out", str(out), "--force", "--plan-rank", "2"]) == 0
-    assert "plan rank 2" in (out / "megatron_launch.sh").read_text()
+    assert main(["launch", plan, "--engine", "megatron", "--out", str(out), "--force", "--plan-rank", "3"]) == 0
+    assert "plan rank 3" in (out / "megatron_launch.sh").read_text()
+    assert main(["launch", plan, "--engine", "megatron", "--out", str(tmp_path / "m2"), "--plan-rank", "2"]) == 2
+    assert "megatron-core" in capsys.readouterr().err  # Megatron-FSDP with a pipeline: the engine's reason
     assert main(["launch", plan, "--engine", "deepspeed", "--out", str(tmp_path / "d")]) == 2
     assert not (tmp_path / "d").exists()
     assert main(["launch", plan, "--engine", "all", "--out", str(tmp_path / "a")]) == 0
     assert "skipped deepspeed" in capsys.readouterr().err
-    assert main(["launch", plan, "--engine", "slurm", "--slurm-engine", "torchtitan", "--out", str(tmp_path / "s")]) == 0
+    assert main(["launch", plan, "--engine", "slurm", "--slurm-engine", "torchtitan", "--plan-rank", "2", "--out", str(tmp_path / "s")]) == 0
     assert (tmp_path / "s" / "slurm_torchtitan.sbatch").exists() and (tmp_path / "s" / "torchtitan_job.toml").exists()
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")

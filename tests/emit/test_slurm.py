@@ -16,7 +16,7 @@ def _sbatch(script: str) -> dict[str, str]:
     return dict(re.findall(r"^#SBATCH --([\w-]+)=(\S+)", script, flags=re.M))
 
 
-@pytest.mark.parametrize("fixture,rank", ALL_PLANS)
+@pytest.mark.parametrize("fixture,rank", ALL_PLANS + [("llama8b_fsdp_64gpu", 1), ("torchtitan_qwen3_moe_pp_32gpu", 1)])
 def test_all_engines_scripts_parse(tmp_path, fixture, rank):
     doc = load(fixture)
     v = load_plan_view(doc, rank)
@@ -42,7 +42,8 @@ def test_all_engines_scripts_parse(tmp_path, fixture, rank):
         assert words[words.index("--rdzv-backend") + 1] == "c10d"
         assert words[words.index("--nnodes") + 1] == "${SLURM_NNODES}"
         # The engine arguments are the same as in the engine's own launch script.
-        local_name = {"megatron": "megatron_launch.sh", "torchtitan": "torchtitan_launch.sh"}.get(eng)
+        local_name = {"megatron": "megatron_launch.sh",
+                      "torchtitan": "torchtitan_launch.sh" if "torchtitan_job.toml" in files else "torchtitan030_launch.sh"}.get(eng)
         if local_name:
             local = command_words(files[local_name], "torchrun")
             key = "${MEGATRON_DIR}/pretrain_gpt.py" if eng == "megatron" else "-m"
@@ -54,7 +55,7 @@ def test_all_engines_scripts_parse(tmp_path, fixture, rank):
 
 @pytest.mark.parametrize("engine", ["megatron", "deepspeed", "torchtitan"])
 def test_slurm_engine_choice(engine):
-    files = emit_files(load("tiny_moe_8gpu"), "slurm", 1, slurm_engine=engine)
+    files = emit_files(load("llama8b_fsdp_64gpu"), "slurm", 1, slurm_engine=engine)
     assert f"slurm_{engine}.sbatch" in files
     needs = {"deepspeed": "ds_config.json", "torchtitan": "torchtitan_job.toml"}.get(engine)
     assert needs is None or needs in files
@@ -63,3 +64,10 @@ def test_slurm_engine_choice(engine):
 def test_bad_slurm_engine():
     with pytest.raises(InputError, match="slurm_engine"):
         emit_files(load("tiny_moe_8gpu"), "slurm", 1, slurm_engine="jax")
+
+
+def test_slurm_torchtitan_uses_the_030_module_when_022_cannot():
+    files = emit_files(load("torchtitan_qwen3_moe_pp_32gpu"), "slurm", 1, slurm_engine="torchtitan")  # qwen3 + pp: 0.3.0 only
+    assert "planner_torchtitan_config.py" in files and "torchtitan_job.toml" not in files
+    words = command_words(files["slurm_torchtitan.sbatch"], "torchrun")
+    assert words[words.index("--module") + 1] == "planner_torchtitan_config"

@@ -194,12 +194,14 @@ def main() -> None:
     import torchtitan  # noqa: F401
 
     for case in job["cases"]:
+        err = io.StringIO()
         try:
-            with contextlib.redirect_stdout(io.StringIO()):
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
                 res = _flavor_case(version, case) if case["kind"] == "flavor" else _config_case(version, case)
             res.update(name=case["name"], ok=True)
-        except BaseException as exc:  # tyro reports errors as SystemExit
-            res = {"name": case["name"], "ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-3000:]}
+        except BaseException as exc:  # tyro prints its error on stderr and raises SystemExit
+            res = {"name": case["name"], "ok": False, "error": f"{type(exc).__name__}: {exc} {err.getvalue()[-1500:]}",
+                   "trace": traceback.format_exc()[-3000:]}
         print("RESULT " + json.dumps(res, default=str), flush=True)
 
 
