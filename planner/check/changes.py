@@ -56,9 +56,11 @@ class Change:
         return {k: (a.get(k), b.get(k)) for k in b if a.get(k) != b.get(k)}
 
 
-def _fixed(par: ParallelConfig, released: tuple) -> dict:
+def _fixed(par: ParallelConfig, released: tuple, uncontrolled: tuple = ()) -> dict:
+    """The job's fields held by a search: all but the released ones and those the job's format
+    does not set (the engine decides them, as it would for the change)."""
     keep = set(FIELDS) | {"layers_per_stage", "zero_shard_degree"}
-    return {k: v for k, v in par.as_dict().items() if k in keep and k not in released and v is not None}
+    return {k: v for k, v in par.as_dict().items() if k in keep and k not in released and k not in uncontrolled and v is not None}
 
 
 def what_if(cj: CheckedJob, **fields) -> Estimate | None:
@@ -76,7 +78,8 @@ def best_changes(cj: CheckedJob, base: Estimate, k: int = 5, time_limit_s: float
     found: dict = {}
     cross = cj.parallel.tp > cj.cluster.nvlink_domain
     for label, released in GROUPS:
-        opts = SearchOptions(fixed=_fixed(cj.parallel, released), engine=cj.engine, allow_tp_across_nodes=cross)
+        opts = SearchOptions(fixed=_fixed(cj.parallel, released, getattr(cj.editor, "uncontrolled", ())), engine=cj.engine,
+                             allow_tp_across_nodes=cross)
         try:
             res = plan(cj.model, cj.cluster, cj.job, top_k=1, options=opts, time_limit_s=time_limit_s)
             best = res.plans[0] if res.plans else None
@@ -86,11 +89,10 @@ def best_changes(cj: CheckedJob, base: Estimate, k: int = 5, time_limit_s: float
         except (NoFeasiblePlan, InputError):
             best = None
         if best is not None:
-            _add(found, Change(f"release {label}", released, best.parallel, best.estimate, base.step_time_s - best.estimate.step_time_s,
-                               "search"))
+            _add(found, _priced(cj, f"release {label}", released, best.parallel, base, "search"))
     try:
         for c in one_knob(cj.model, cj.cluster, cj.job, cj.parallel, cj.engine, None, base, k=12):
-            _add(found, Change(c.label, (), c.parallel, c.estimate, -c.delta_s, "neighbour"))
+            _add(found, _priced(cj, c.label, (), c.parallel, base, "neighbour"))
     except InputError:
         pass
     out = [c for c in found.values() if _key(c.parallel) != _key(cj.parallel)]
@@ -107,7 +109,19 @@ def _key(par: ParallelConfig) -> tuple:
     return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in d.items()))
 
 
-def _add(found: dict, c: Change) -> None:
+def _priced(cj: CheckedJob, label: str, released: tuple, par: ParallelConfig, base: Estimate, source: str) -> Change | None:
+    """The change priced by planner.estimate on the job's engine (which also checks the
+    engine's rules); None when the engine refuses it."""
+    try:
+        e = estimate(cj.model, cj.cluster, cj.job, par, cj.engine)
+    except InputError:
+        return None
+    return Change(label, released, e.parallel, e, base.step_time_s - e.step_time_s, source)
+
+
+def _add(found: dict, c: Change | None) -> None:
+    if c is None:
+        return
     key = _key(c.parallel)
     old = found.get(key)
     if old is None or len(c.released) < len(old.released):

@@ -146,6 +146,7 @@ def read_deepspeed_json(path: Path, base: Draft | None = None) -> Draft:
     d.default("parallel.async_tp_allreduce", False, "DeepSpeed: blocking TP all-reduces")
     if not d.has("parallel.attention"):
         d.post.append(_attention)
+    d.post.append(_etp)
     from planner.check.edits import JsonEditor  # noqa: PLC0415
 
     d.editor = JsonEditor(path, doc, base.editor if base is not None else None)
@@ -189,6 +190,12 @@ def _batch(d: Draft, cluster, mb, ga, tb, name: str) -> None:
     if pp > 1 and d.get("parallel.zero", 0) >= 2:
         raise InputError(f"{name}: zero_optimization.stage", d.get("parallel.zero"), "at most 1 with pipeline parallelism "
                          "(runtime/pipe/engine.py:76)")
+
+
+def _etp(d: Draft, cluster) -> None:
+    if not d.has("parallel.etp"):
+        ep, tp = d.get("parallel.ep", 1), d.get("parallel.tp", 1)
+        d.set("parallel.etp", 1 if ep > 1 else tp, "default", "AutoEP: expert tensor parallel size 1" if ep > 1 else "no experts")
 
 
 def _attention(d: Draft, cluster) -> None:

@@ -136,6 +136,9 @@ def _json_text(doc: dict, old: str) -> str:
 class JsonEditor:
     """A DeepSpeed JSON (and, for Megatron-DeepSpeed, the script beside it)."""
 
+    uncontrolled = ("overlap_param_gather", "async_tp_allreduce", "sequence_parallel", "tp_comm_overlap", "attention", "schedule",
+                    "vpp", "etp")
+
     def __init__(self, path: Path, doc: dict, script_editor=None):
         self.path, self.doc, self.script = Path(path), doc, script_editor
 
@@ -186,9 +189,12 @@ class JsonEditor:
                     summary.append(f"tensor_parallel.autotp_size: {old.tp} -> {par.tp}")
                 elif tp_src and tp_src[1].kind == "flag":
                     command_line.append(f"--tp {par.tp}")
-            if par.pp != old.pp:
+            lps = list(par.layers_per_stage or ())
+            if par.pp != old.pp or (par.pp > 1 and lps != list(old.layers_per_stage or ())):
                 command_line.append(f"--pp {par.pp}")
-                summary.append(f"pipeline degree {old.pp} -> {par.pp}: PipelineModule(num_stages={par.pp}) in the training script")
+                uneven = len(set(lps)) > 1
+                summary.append(f"pipeline degree {old.pp} -> {par.pp}: PipelineModule(num_stages={par.pp}) in the training script"
+                               + (f", layers per stage {lps} (partition_method: a custom partition; the JSON cannot hold it)" if uneven else ""))
         ed = Edit("deepspeed", summary, files, command_line=command_line)
         ed.diff = unified_diff({str(self.path): self.path.read_text()}, {k: v for k, v in files.items() if k == str(self.path)})
         if self.script is not None:

@@ -111,6 +111,8 @@ def megatron_flags(par: ParallelConfig, old: ParallelConfig, model, legacy: bool
         if par.zero_shard_degree and par.zero >= 1 and par.zero_shard_degree < par.dp * par.cp:
             want["--num-distributed-optimizer-instances"] = [str(par.dp * par.cp // par.zero_shard_degree)]
     fsdp = par.zero >= 2
+    if legacy and bool(par.overlap_grad_reduce) != bool(old.overlap_grad_reduce):
+        want["--DDP-impl"] = ["torch" if par.overlap_grad_reduce else "local"]
     if bool(par.overlap_grad_reduce) != bool(old.overlap_grad_reduce) and not fsdp and not legacy:
         want["--overlap-grad-reduce"] = True if par.overlap_grad_reduce else None
     if bool(par.overlap_param_gather) != bool(old.overlap_param_gather) and par.zero in (1,) and not legacy:
@@ -126,6 +128,8 @@ def megatron_flags(par: ParallelConfig, old: ParallelConfig, model, legacy: bool
 
 
 class ShellEditor:
+    uncontrolled = ("async_tp_allreduce", "attention")
+
     def __init__(self, path, parsed, fields, launch):
         self.path, self.parsed, self.fields, self.launch = Path(path), parsed, fields, launch
 
@@ -244,16 +248,33 @@ class ShellEditor:
         file = o.file if Path(o.file).is_file() else str(self.path)
         lines = self._lines(texts, file)
         i = o.line - 1
+        first = self.launch.command.words()[0]
+        close = _string_end(self._get(texts, edits, file, i), first)
+        if close is not None:  # the command is the text of a string (CMD="python ... "): add inside it
+            line = self._get(texts, edits, file, i)
+            self._put(edits, file, i, line[:close].rstrip() + " " + add + line[close:])
+            return
         while i + 1 < len(lines) and self._get(texts, edits, file, i).rstrip().endswith("\\"):
             i += 1
         line = self._get(texts, edits, file, i)
         body, comment = _split_comment(line)
-        stripped = body.rstrip()
-        if stripped.endswith('"') and stripped.count('"') % 2 == 1 and not stripped.endswith('"$@"') and not stripped.endswith('[@]}"'):
-            new = stripped[:-1] + " " + add + '"' + comment  # the command is inside a string (CMD="python ... ")
-        else:
-            new = stripped + " " + add + (" " + comment if comment else "")
-        self._put(edits, file, i, new)
+        self._put(edits, file, i, body.rstrip() + " " + add + (" " + comment if comment else ""))
+
+
+def _string_end(line: str, word: str) -> int | None:
+    """Where the double-quoted string that holds ``word`` closes on ``line``, or None when the
+    word is not inside such a string (or the string goes on to the next line)."""
+    q, start = None, None
+    for k, ch in enumerate(line):
+        if q == '"' and ch == "\\":
+            continue
+        if q is None and ch in "'\"":
+            q, start = ch, k
+        elif q is not None and ch == q and (k == 0 or line[k - 1] != "\\"):
+            if q == '"' and word in line[start:k]:
+                return k
+            q = None
+    return None
 
 
 def _quote(w: str) -> str:
@@ -325,6 +346,12 @@ def _cut_words(line: str, flag: str, n_values: int) -> tuple[str, int]:
                 rep = (t[0] + " ".join(rest) + t[0]) if rest else ""
                 new = line[:a] + rep + line[b:]
                 return (new.rstrip() if new.strip() else ""), 0
+    body, comment = _split_comment(line)  # inside a string: VAR="... --flag value ..."
+    m = re.search(r"(?<![\w\-])" + re.escape(flag) + r"(?:=\S+|" + r"(?:[ \t]+[^\s\"'\\]+)" * n_values + r")?(?=[\s\"']|$)", body)
+    if m:
+        new = body[:m.start()] + body[m.end():]
+        new = re.sub(r"(?<=\S)[ \t]{2,}", " ", new)
+        return new.rstrip() + comment if (new + comment).strip() else "", 0
     return line, 0
 
 

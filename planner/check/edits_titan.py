@@ -82,7 +82,8 @@ def _parts(lps: tuple, vpp: int, schedule: str, layers: int) -> list:
         base, extra = divmod(n, vpp)
         for v in range(vpp):
             k = (r if v == 0 else 2 * pp - 1 - r) if schedule in ("zb-v", "dualpipe") else v * pp + r
-            chunk[k] = base + (1 if v >= vpp - extra else 0)
+            # a short chunk at the model's ends, where the embedding or the output fills it
+            chunk[k] = base + (1 if (v < extra if r == pp - 1 else v >= vpp - extra) else 0)
     out, start = [], 0
     for k in range(pp * vpp):
         names = [f"layers.{i}" for i in range(start, start + chunk[k])]
@@ -90,10 +91,19 @@ def _parts(lps: tuple, vpp: int, schedule: str, layers: int) -> list:
         out.append((["tok_embeddings"] if k == 0 else []) + names + (["norm", "output"] if k == pp * vpp - 1 else []))
     if start != layers:
         raise InputError("layers_per_stage", list(lps), f"a split of the {layers} layers")
+    if any(not part for part in out):
+        raise InputError("layers_per_stage", list(lps), f"at least one module in each of torchtitan's {pp * vpp} stages")
     return out
 
 
+# What a torchtitan job does not set: the engine decides it (FSDP2 prefetch and overlap, SP with TP, SDPA).
+TITAN_UNCONTROLLED = ("overlap_grad_reduce", "overlap_param_gather", "async_tp_allreduce", "sequence_parallel", "attention",
+                      "tp_comm_overlap", "etp")
+
+
 class TomlFileEditor:
+    uncontrolled = TITAN_UNCONTROLLED
+
     def __init__(self, path, text):
         self.path, self.text = Path(path), text
 
@@ -192,6 +202,8 @@ _AC = {"none": "None", "full": "FullAC.Config()", "selective": "SelectiveAC.Conf
 
 
 class PyFileEditor:
+    uncontrolled = TITAN_UNCONTROLLED
+
     def __init__(self, path, text, function):
         self.path, self.text, self.function = Path(path), text, function
 
@@ -230,8 +242,7 @@ class PyFileEditor:
                 body = f"{arg}={cls}(" + ", ".join(f"{k}={_py(v)}" for k, v in kw.items()) + ")"
                 if trainer is None:
                     raise InputError(f"{self.path.name}:{self.function}", f"no {cls}(...) call", f"a config that sets {arg} (edit it by hand)")
-                end = offs(trainer.end_lineno, trainer.end_col_offset) - 1
-                repl.append((end, end, (", " if trainer.args or trainer.keywords else "") + body))
+                repl.append(_insert_arg(trainer, body, offs))
                 summary.append(f"{self.function}(): add {body}")
                 continue
             for k, v in kw.items():
@@ -242,8 +253,7 @@ class PyFileEditor:
                         repl.append((a, b, _py(v)))
                         summary.append(f"{cls}({k}={self.text[a:b]} -> {_py(v)})")
                 else:
-                    end = offs(call.end_lineno, call.end_col_offset) - 1
-                    repl.append((end, end, (", " if call.args or call.keywords else "") + f"{k}={_py(v)}"))
+                    repl.append(_insert_arg(call, f"{k}={_py(v)}", offs))
                     summary.append(f"{cls}(add {k}={_py(v)})")
         if par.recompute != cj.parallel.recompute:
             trainer = calls["Trainer.Config"][0] if calls["Trainer.Config"] else None
@@ -252,8 +262,7 @@ class PyFileEditor:
                 a, b = offs(hit.value.lineno, hit.value.col_offset), offs(hit.value.end_lineno, hit.value.end_col_offset)
                 repl.append((a, b, _AC[par.recompute]))
             elif trainer is not None:
-                end = offs(trainer.end_lineno, trainer.end_col_offset) - 1
-                repl.append((end, end, f", activation_checkpoint={_AC[par.recompute]}"))
+                repl.append(_insert_arg(trainer, f"activation_checkpoint={_AC[par.recompute]}", offs))
             else:
                 raise InputError(f"{self.path.name}:{self.function}", "activation checkpointing", "a Trainer.Config(...) call to set it in")
             summary.append(f"activation_checkpoint={_AC[par.recompute]}")
@@ -262,6 +271,16 @@ class PyFileEditor:
             text = text[:a] + t + text[b:]
         ast.parse(text)
         return Edit("torchtitan-config", summary, {str(self.path): text}, unified_diff({str(self.path): self.text}, {str(self.path): text}))
+
+
+def _insert_arg(call: ast.Call, text: str, offs) -> tuple[int, int, str]:
+    """Add an argument after the call's last one (or inside the empty parentheses)."""
+    last = max(list(call.args) + [k.value for k in call.keywords], key=lambda n: (n.end_lineno, n.end_col_offset), default=None)
+    if last is None:
+        end = offs(call.end_lineno, call.end_col_offset) - 1
+        return (end, end, text)
+    at = offs(last.end_lineno, last.end_col_offset)
+    return (at, at, ", " + text)
 
 
 class _Raw(str):

@@ -121,7 +121,9 @@ def _apply_overrides(d: Draft, o: Overrides) -> None:
                   + (f" (the file has {old[0]})" if old and old[1].kind == "file" and old[0] != value else ""))
     for name, value in o.extra.items():
         if value is not None:
-            d.set(name, value, "flag", f"--{name.split('.')[1].replace('_', '-')}")
+            old = d.values.get(name)
+            d.set(name, value, "flag", f"--{name.split('.')[1].replace('_', '-')}"
+                  + (f" (the file has {old[0]})" if old and old[1].kind == "file" and old[0] != value else ""))
     if o.engine is not None:
         d.engine = o.engine
 
@@ -188,7 +190,7 @@ def finish(d: Draft, o: Overrides | None = None) -> CheckedJob:
     where = d.files[0]
     seq, gbs = d.get("job.seq_len"), d.get("job.global_batch_size")
     if seq is None:
-        raise InputError(f"{where}: sequence length", None, "a sequence length the file gives")
+        raise InputError(f"{where}: sequence length", None, "a sequence length the file gives (or --seq-len)")
     par = {f: d.get(f"parallel.{f}") for f in PARALLEL_FIELDS if d.has(f"parallel.{f}")}
     tp, pp, cp = par.get("tp", 1), par.get("pp", 1), par.get("cp", 1)
     n = cluster.num_gpus
@@ -209,6 +211,12 @@ def finish(d: Draft, o: Overrides | None = None) -> CheckedJob:
         raise InputError(f"{where}: global batch", gbs, f"a multiple of micro-batch x dp = {mb} x {dp} = {mb * dp}")
     job = Job(seq_len=seq, global_batch_size=gbs, precision=d.get("job.precision", "bf16"), grad_reduce=d.get("job.grad_reduce", "auto"))
     lps = par.get("layers_per_stage")
+    if lps is None:
+        from planner.engines import default_split, get_engine  # noqa: PLC0415
+
+        lps = default_split(model, pp, par.get("vpp") or 1, get_engine(d.engine))
+        d.set("parallel.layers_per_stage", tuple(lps), "default", f"the engine's split ({d.engine})")
+        par["layers_per_stage"] = lps
     if lps is not None:
         par["layers_per_stage"] = tuple(lps)
         if len(lps) != pp or sum(lps) != model.layers or min(lps) < 0:

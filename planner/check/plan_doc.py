@@ -153,6 +153,10 @@ def apply_provenance(d: Draft, paths: list[Path]) -> None:
             d.set("parallel.layers_per_stage", tuple(int(x) for x in lps.strip("[]").split(",") if x.strip()), "file", src)
         except ValueError:
             pass
+    for key, name in (("seq_len", "job.seq_len"), ("global_batch", "job.global_batch_size"), ("precision", "job.precision")):
+        if key in deg and not d.has(name):
+            v = deg[key]
+            d.set(name, int(v) if v.isdigit() else v, "file", src)
     for key in ("tp", "pp", "ep"):
         if key in deg and deg[key].isdigit() and (not d.has(f"parallel.{key}") or d.values[f"parallel.{key}"][1].kind == "default"):
             d.set(f"parallel.{key}", int(deg[key]), "file", src)

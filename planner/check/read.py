@@ -58,6 +58,8 @@ def classify(path: Path) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
     if lines and all(re.match(r"^\S+\s+slots=\d+$", ln) for ln in lines):
         return "hostfile"
+    if "pretrain_" not in text and re.search(r"torchtitan\.train|torchtitan/train\.py|run_train\.sh", text):
+        return "launcher"  # a torchtitan launch: the job is in its TOML / config module
     return "megatron"
 
 
@@ -95,7 +97,7 @@ def read_job(args: list[str], o: Overrides | None = None) -> CheckedJob:
                     files.append((p, None, classify(p)))
             continue
         files.append((path, suffix, classify(path)))
-    engine_files = [f for f in files if f[2] not in ("hostfile", "summary")]
+    engine_files = [f for f in files if f[2] not in ("hostfile", "summary", "launcher")]
     if o.engine and len(engine_files) > 1:
         want = _ENGINE_FILES.get(o.engine, o.engine)
         keep = [f for f in engine_files if f[2].startswith(want) or (want == "deepspeed" and f[2] == "deepspeed-json")
@@ -156,10 +158,11 @@ def _draft(engine_files, files) -> Draft:
     scripts = [(p, s) for p, s, k in engine_files if k == "megatron"]
     jsons = [p for p, _, k in engine_files if k == "deepspeed-json"]
     if "torchtitan-toml" in kinds or "torchtitan-py" in kinds:
-        if len([k for k in kinds if k.startswith("torchtitan")]) > 1 or len(engine_files) > len([1 for _, _, k in engine_files
-                                                                                              if k.startswith("torchtitan")]) + len(scripts):
+        titan = [f for f in engine_files if f[2].startswith("torchtitan")]
+        if jsons or any(_script_kind(p)[0] != "megatron" or "pretrain_" in p.read_text(errors="replace") for p, _ in scripts):
             raise InputError(", ".join(str(p) for p, _, _ in engine_files), "several engines' job files", "the files of one job (or --engine E)")
-        path, suffix, kind = next(f for f in engine_files if f[2].startswith("torchtitan"))
+        # planner launch writes the job twice (0.2.2 TOML, 0.3.0 module): the TOML is read, the module is the same job
+        path, suffix, kind = next((f for f in titan if f[2] == "torchtitan-toml"), titan[0])
         if kind == "torchtitan-toml":
             from planner.check.torchtitan import read_titan_toml  # noqa: PLC0415
 

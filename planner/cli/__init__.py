@@ -6,6 +6,7 @@ from planner.cli.app import app, main  # noqa: F401
 # Command modules (one line each; keep sorted).
 from planner.cli import catalog  # noqa: F401
 from planner.cli import collective  # noqa: F401
+from planner.cli import engines  # noqa: F401
 from planner.cli import explain  # noqa: F401
 from planner.cli import launch  # noqa: F401
 from planner.cli import pictures  # noqa: F401

@@ -27,6 +27,7 @@ def check_cmd(
     model: O.ModelOpt = None,
     tp: O.TpOpt = None,
     pp: O.PpOpt = None,
+    seq_len: O.SeqOpt = None,
     top: Annotated[int, typer.Option("--top", help="How many changes to propose (0: none).")] = 5,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="List ignored and unpriced settings too.")] = False,
     json: O.JsonOpt = False,
@@ -34,12 +35,12 @@ def check_cmd(
     """Check a training job as written: prediction, findings, and the best changes as edits.
 
     Settings the files do not give come from the flags (--gpus, --cluster, --gpu, --model,
-    --tp, --pp) or the engine's defaults; the output says which.
+    --tp, --pp, --seq-len) or the engine's defaults; the output says which.
 
     Examples:
       planner check examples/llama/train_llama3_8b_h100_fp8.sh --gpus 64
       planner check llama3_70b.toml --gpus 64 --json
-      planner check ds_config.json --model llama3.1-8b --gpus 16
+      planner check ds_config.json --model llama3.1-8b --gpus 16 --seq-len 4096
       planner check launch/ --engine megatron-core
     """
     from planner.check import check_job, read_job  # noqa: PLC0415
@@ -53,7 +54,7 @@ def check_cmd(
     if top < 0:
         raise InputError("--top", top, "a non-negative integer")
     eng = get_engine(engine).name if engine else None
-    extra = {"parallel.tp": tp, "parallel.pp": pp}
+    extra = {"parallel.tp": tp, "parallel.pp": pp, "job.seq_len": seq_len}
     o = Overrides(gpus=gpus, gpus_per_node=gpus_per_node, gpu=gpu, cluster=cluster, engine=eng, model=model, extra=extra)
     report = check_job(read_job(list(files), o), top=top)
     if json:
