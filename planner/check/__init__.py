@@ -1,8 +1,7 @@
 """``planner check``: read a job in its engine's own format, predict it, say what is wrong with
 it and what would help, as edits in the same format.
 
->>> from planner.check import check_files
->>> # check_files(["train.sh"], Overrides(gpus=64)) -> CheckReport (see planner.check.report)
+``check_files(["train.sh"], Overrides(gpus=64))`` -> :class:`planner.check.report.CheckReport`.
 
 Layers: :mod:`~planner.check.bash` (a restricted bash reader), readers per format
 (:mod:`~planner.check.megatron`, :mod:`~planner.check.torchtitan`,
@@ -25,7 +24,7 @@ def read_job(files: list[str], overrides: Overrides | None = None) -> CheckedJob
     return _read(files, overrides)
 
 
-def check_job(cj: CheckedJob, top: int = 5, time_limit_s: float = 20.0, edits: bool = True):
+def check_job(cj: CheckedJob, top: int = 5, time_limit_s: float | None = None, edits: bool = True):
     """Predict ``cj``, list its findings and its ``top`` best changes (with edits)."""
     from planner.check.changes import best_changes  # noqa: PLC0415
     from planner.check.findings import findings  # noqa: PLC0415
@@ -34,6 +33,10 @@ def check_job(cj: CheckedJob, top: int = 5, time_limit_s: float = 20.0, edits: b
 
     e = estimate(cj.model, cj.cluster, cj.job, cj.parallel, cj.engine)
     found = findings(cj, e)
+    if time_limit_s is None:
+        from planner.search.plan import TIME_LIMIT_S  # noqa: PLC0415  (the CLI's --time-limit)
+
+        time_limit_s = TIME_LIMIT_S.get()
     chs = best_changes(cj, e, k=top, time_limit_s=time_limit_s) if top > 0 else []
     eds = []
     if edits and cj.editor is not None:
@@ -43,5 +46,5 @@ def check_job(cj: CheckedJob, top: int = 5, time_limit_s: float = 20.0, edits: b
     return CheckReport(cj, e, found, chs, eds)
 
 
-def check_files(files: list[str], overrides: Overrides | None = None, top: int = 5, time_limit_s: float = 20.0):
+def check_files(files: list[str], overrides: Overrides | None = None, top: int = 5, time_limit_s: float | None = None):
     return check_job(read_job(files, overrides), top, time_limit_s)

@@ -113,6 +113,9 @@ def _world(d: Draft, p: Parsed, launch: Launch | None, path: Path) -> None:
 
 
 def _vocab(d: Draft, p: Parsed) -> None:
+    div = p.int("--make-vocab-size-divisible-by", 128)
+    tp = p.int("--tensor-model-parallel-size", 1)
+    d.post.append(lambda dd, cluster: _padded_note(dd, div * tp))
     if p.has("--vocab-size"):
         d.set("model.vocab", p.int("--vocab-size"), "file", _src(p, "--vocab-size"))
         return
@@ -135,6 +138,14 @@ def _vocab(d: Draft, p: Parsed) -> None:
         d.set("model.vocab", n, "file", f"{_src(p, '--tokenizer-type' if p.has('--tokenizer-type') else '--vocab-file')} {tok}: {what}")
         return
     d.set("model.vocab", 50257, "default", "GPT-2 BPE (no --vocab-size and no tokenizer the planner knows; pass --model to set the shape)")
+
+
+def _padded_note(d: Draft, multiple: int) -> None:
+    v = d.get("model.vocab")
+    if v and v % multiple:
+        padded = -(-v // multiple) * multiple
+        d.notes.append(f"Megatron pads the vocabulary to {padded} (--make-vocab-size-divisible-by x tp = {multiple}, "
+                       f"megatron/training/vocab_utils.py calculate_padded_vocab_size); priced unpadded at {v}, as the planner's presets")
 
 
 def _model(d: Draft, p: Parsed) -> None:
@@ -178,10 +189,15 @@ def _model(d: Draft, p: Parsed) -> None:
     pos = p.one("--position-embedding-type", "learned_absolute")
     if p.has("--use-rotary-position-embeddings"):
         pos = "rope"
+    if p.has("--no-position-embedding") and pos == "learned_absolute":
+        pos = "none"
     kind = "learned" if pos == "learned_absolute" else "rope"
     if pos in ("none", "relative"):
         d.notes.append(f"--position-embedding-type {pos}: priced as rope (no position table)")
     _set(d, "model.position_embedding", kind, p, "--position-embedding-type", "Megatron default: learned_absolute (ARGS:2397)")
+    mpe, seq = p.int("--max-position-embeddings"), p.int("--seq-length")
+    if kind == "learned" and mpe and seq and mpe != seq:
+        d.notes.append(f"--max-position-embeddings {mpe}: the learned position table is priced with {seq} rows (--seq-length)")
     if kind == "rope":
         _set(d, "model.rope_theta", float(p.int("--rotary-base", 10000)), p, "--rotary-base", "Megatron default rotary base 10000 (ARGS:2418)")
     _vocab(d, p)

@@ -177,6 +177,10 @@ def read_titan_py(path: Path, function: str | None) -> Draft:
     except SyntaxError as exc:
         raise InputError(f"{path.name}:{exc.lineno}", "Python syntax error", f"a config module ({exc.msg})") from None
     ev = _Eval(tree, path)
+    if any(v.lstrip(".").startswith(("megatron.bridge", "nemo", "nemo_run")) for v in ev.imports.values()):
+        raise InputError(str(path), "a Megatron-Bridge / NeMo 2 recipe", "a format planner check reads: megatron-bridge 0.3.1 does not "
+                         "install on this CPU machine (its dependency mamba-ssm builds a CUDA extension), so its recipes cannot be "
+                         "built; pass the job's Megatron-LM flags (a flags file) or a plan document instead (docs/check.md)")
     names = [n for n in ev.funcs if not n.startswith("_")]
     if function is None:
         if len(names) != 1:

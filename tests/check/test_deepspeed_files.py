@@ -1,0 +1,53 @@
+"""DeepSpeed configs of the kinds DeepSpeed's docs show (fixtures/deepspeed, written by hand from
+docs/_pages/config-json.md, README there): the JSON plus the model and degrees it does not hold."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from planner.check import check_job, read_job
+from planner.check.job import Overrides
+
+FX = Path(__file__).resolve().parent / "fixtures" / "deepspeed"
+
+
+@pytest.mark.parametrize("name,o,expect", [
+    ("zero1_fp16.json", dict(model="gpt3-1.3b", gpus=16, extra={"job.seq_len": 2048}), dict(zero=1, micro_batch_size=4, dp=16, prec="fp16", gbs=256)),
+    ("zero2_bf16.json", dict(model="llama3.1-8b", gpus=16, extra={"job.seq_len": 4096}), dict(zero=2, micro_batch_size=2, dp=16, prec="bf16", gbs=256)),
+    ("zero3_offload.json", dict(model="llama2-13b", gpus=32, extra={"job.seq_len": 4096}), dict(zero=3, micro_batch_size=1, dp=32, prec="bf16", gbs=64)),
+    ("pipe_zero1.json", dict(model="llama2-13b", gpus=64, extra={"job.seq_len": 4096, "parallel.pp": 4}),
+     dict(zero=1, micro_batch_size=1, dp=16, prec="bf16", gbs=512)),
+])
+def test_deepspeed_json_with_command_line(name, o, expect):
+    cj = read_job([str(FX / name)], Overrides(**o))
+    p = cj.parallel
+    assert (p.zero, p.micro_batch_size, p.dp, cj.job.precision, cj.job.global_batch_size) == \
+        (expect["zero"], expect["micro_batch_size"], expect["dp"], expect["prec"], expect["gbs"])
+    assert cj.engine == "deepspeed" and p.vpp == 1 and p.schedule == "1f1b"
+    assert cj.sources["model"][1].kind == "flag"
+    r = check_job(cj, top=2, time_limit_s=3)
+    assert r.estimate.step_time_s > 0
+    if name == "zero3_offload.json":
+        assert any("offload_optimizer" in u for u in cj.unmodelled)
+    for ed in r.edits:  # every change is a JSON diff that reads back (or says what it cannot hold)
+        assert ed.verified or "layers_per_stage" in ed.problem or "pipeline" in ed.problem, ed.problem
+
+
+def test_megatron_deepspeed_script_and_its_json():
+    cj = read_job([str(FX / "megatron_deepspeed_gpt.sh")])
+    p = cj.parallel
+    assert cj.engine == "megatron-deepspeed" and cj.fmt == "megatron-deepspeed"
+    assert (p.tp, p.pp, p.dp, p.zero, p.recompute, cj.cluster.num_gpus) == (4, 4, 2, 1, "full", 32)
+    assert cj.sources["hardware.num_gpus"][1].kind == "default"  # ${NNODES:-4}
+    assert cj.model.layers == 40 and cj.model.vocab == 50257  # --vocab-file: GPT-2 BPE
+
+
+def test_overlap_comm_default_follows_the_stage(tmp_path):
+    import json
+
+    p = tmp_path / "ds.json"
+    p.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "zero_optimization": {"stage": 3}}))
+    cj = read_job([str(p)], Overrides(model="llama3.1-8b", gpus=8, extra={"job.seq_len": 4096}))
+    assert cj.parallel.overlap_grad_reduce is True and cj.job.global_batch_size == 8  # overlap_comm None -> stage == 3
