@@ -269,8 +269,19 @@ def megatron_notes(v: PlanView) -> list[str]:
         router = "the published DeepSeek-V3 router" if v.model_id in _ROUTERS else "softmax top-k with aux_loss 1e-2"
         out.append(f"MoE router: {router} (the plan does not record the router; edit the --moe-router-* flags for yours).")
     if p.pp > 1 and p.vpp > 1 and not all(n % p.vpp == 0 for n in v.stage_layers):
-        out.append("Layers per virtual stage: " + ", ".join(map(str, chunk_sizes(v.stage_layers, p.vpp))) + " (chunk-major order).")
+        out.append("Layers per virtual stage (chunk-major order): " + _runs(chunk_sizes(v.stage_layers, p.vpp)) + ".")
     return out + notes
+
+
+def _runs(xs: list[int]) -> str:
+    """1, 2 x 62, 1: runs of equal counts."""
+    out: list[list[int]] = []
+    for x in xs:
+        if out and out[-1][0] == x:
+            out[-1][1] += 1
+        else:
+            out.append([x, 1])
+    return ", ".join(f"{x} x {n}" if n > 1 else str(x) for x, n in out)
 
 
 def megatron_files(v: PlanView) -> dict[str, str]:

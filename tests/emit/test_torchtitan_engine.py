@@ -50,12 +50,21 @@ def _flavor_model(f) -> ModelSpec:
                      moe=moe, bias=False, norm="rmsnorm", rope_theta=f.rope_theta, **mla)
 
 
+def _v_schedule(schedule: str) -> dict:
+    doc = copy.deepcopy(load("torchtitan_llama8b_16gpu"))  # pp 2, [17, 15]: two parts per rank in a V
+    doc["plans"][0]["parallel"].update(vpp=2, schedule=schedule)
+    return doc
+
+
+VARIANTS = {"zbv": _v_schedule("zb-v"), "dualpipev": _v_schedule("dualpipe")}
+PLANS = {f"{fx}-{rank}": (load(fx), rank) for fx, rank in TT_PLANS} | {name: (doc, 1) for name, doc in VARIANTS.items()}
+
+
 def _cases(version: str, tmp) -> list[dict]:
     cases = []
-    for fx, rank in TT_PLANS:
-        v = load_plan_view(load(fx), rank)
-        files = emit_files(load(fx), "torchtitan", rank)
-        name = f"{fx}-{rank}"
+    for name, (doc, rank) in PLANS.items():
+        v = load_plan_view(doc, rank)
+        files = emit_files(doc, "torchtitan", rank)
         if version == "0.2.2" and "torchtitan_job.toml" in files:
             path = tmp / f"{name}.toml"
             path.write_text(files["torchtitan_job.toml"])
@@ -90,21 +99,17 @@ def titan(request, tmp_path_factory):
     return version, run_worker("torchtitan_worker.py", {"version": version, "cases": _cases(version, tmp)}, path)
 
 
-def _expected_files(version: str, fx: str, rank: int) -> bool:
-    files = emit_files(load(fx), "torchtitan", rank)
-    return ("torchtitan_job.toml" if version == "0.2.2" else "planner_torchtitan_config.py") in files
-
-
-@pytest.mark.parametrize("fixture,rank", TT_PLANS)
-def test_torchtitan_accepts_and_builds(titan, fixture, rank):
+@pytest.mark.parametrize("name", list(PLANS))
+def test_torchtitan_accepts_and_builds(titan, name):
     version, results = titan
-    name = f"{fixture}-{rank}"
-    if not _expected_files(version, fixture, rank):
+    doc, rank = PLANS[name]
+    files = emit_files(doc, "torchtitan", rank)
+    if ("torchtitan_job.toml" if version == "0.2.2" else "planner_torchtitan_config.py") not in files:
         assert name not in results  # the emitter said why (test_torchtitan.py)
         return
     r = results[name]
     assert r["ok"], r.get("error", "") + "\n" + r.get("trace", "")
-    v = load_plan_view(load(fixture), rank)
+    v = load_plan_view(doc, rank)
     p = v.parallel
     assert (r["tp"], r["pp"], r["cp"], r["ep"], r["dp_replicate"] * r["dp_shard"]) == (p.tp, p.pp, p.cp, p.ep, p.dp)
     assert r["global_batch_size"] == v.job.global_batch_size and r["seq_len"] == v.job.seq_len
@@ -113,6 +118,10 @@ def test_torchtitan_accepts_and_builds(titan, fixture, rank):
         per_rank = [sum(r["parts"][k] for k in ids) for ids in r["stage_ids"]]
         assert per_rank == list(v.stage_layers)
         assert r["embedding_part"] == 0 and r["output_part"] == len(r["parts"]) - 1
+        assert r["schedule"] == {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "zb-v": "ZBVZeroBubble",
+                                 "dualpipe": "DualPipeV"}[p.schedule]
+        if p.schedule in STYLE_V:  # rank 0 holds the first and the last part
+            assert r["stage_ids"][0] == [0, len(r["parts"]) - 1]
         assert r["accumulation"] * r["microbatches"] == v.num_microbatches
     else:
         assert r["accumulation"] == v.num_microbatches
