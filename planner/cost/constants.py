@@ -117,9 +117,17 @@ class Constants:
     FLASH_ATTENTION_EFFICIENCY: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({"ampere": 0.55, "hopper": 0.45, "blackwell": 0.37, "other": 0.40}), hash=False)
 
     # --- Memory ------------------------------------------------------------------------------
-    # The caching allocator's reserve over what tensors hold is a property of the engine (its
-    # allocation pattern), measured per engine: planner.engines MemoryProfile.reserve_fraction,
-    # charged on what is allocated and freed within the step (planner.cost.memory_peak).
+    # PyTorch's caching allocator keeps freed blocks, so its reserved peak exceeds the allocated
+    # peak by what fragments: a fraction of the bytes allocated and freed within the step
+    # (activations, logits, gathered parameters, per-step gradients; model states sit in buffers
+    # allocated once), charged by planner.cost.memory_peak (an engine profile may carry its own,
+    # MemoryProfile.reserve_fraction; FSDP2's per-stream pools are modelled apart). Published logs
+    # that give the allocation after the step as well as both peaks: (max reserved - max
+    # allocated) / (max allocated - allocated) = 0.31 (Megatron-Core, NVIDIA/Megatron-LM#5662),
+    # 2.07 (GPT-2 2.6B on V100, 2020, NVIDIA/Megatron-LM#60); torchtitan's Dec-2024 benchmark
+    # (validation/memory_runs.json) reads 0.18-0.20 against this model's allocated peak, the Zero
+    # Bubble runs 0.10-0.20. One value for every engine (the same allocator): 0.20.
+    ALLOCATOR_RESERVE_FRACTION: float = 0.20
     # Device memory outside PyTorch's allocator, so in no torch counter but in what the GPU must
     # have: the CUDA context with its loaded kernels (~0.5-0.8 GiB on Hopper with lazy module
     # loading), cuBLAS/cuDNN handles and NCCL's per-communicator channel buffers (NCCL_BUFFSIZE

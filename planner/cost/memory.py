@@ -144,6 +144,8 @@ def activation_bytes_per_layer(
     dropout: str | bool | None = None,
     rope_copies: bool = False,
     selective: str = "korthikanti",
+    gathered_inputs: bool = False,
+    fp8_saved_bytes: float | None = None,
 ) -> float:
     """Bytes one layer keeps for its backward pass, for one micro-batch, on one GPU.
 
@@ -157,6 +159,10 @@ def activation_bytes_per_layer(
     ``rope_copies``: the rotary embedding writes new Q and K while the QKV GEMM output stays saved
     (Megatron-Core: V is a view of it; attention.py get_query_key_value_tensors, rope_utils.py).
     ``selective="op"``: torchtitan's per-op policy (:func:`sac_op_bytes_per_layer`).
+    ``gathered_inputs``: the column-parallel linears save their all-gathered (full-sequence)
+    input, as DTensor's ColwiseParallel does; Megatron saves the sequence shard and gathers it
+    again in backward. ``fp8_saved_bytes``: bytes per element of a saved FP8 GEMM input
+    (Transformer Engine saves the FP8 cast, 1 B; torchao's Float8Linear the bf16 input, 2 B).
     """
     s = seq_len / cp
     b = micro_batch
@@ -166,17 +172,18 @@ def activation_bytes_per_layer(
         return 2.0 * s * b * h * u  # only the layer input (Korthikanti sec. 4.3)
     if recompute == "selective" and selective == "op":
         return s * b * sac_op_bytes_per_layer(model, tp, moe_layer, moe_load)
-    lin = C.FP8_ACTIVATION_BYTES if precision == "fp8" else 2.0
+    lin = (C.FP8_ACTIVATION_BYTES if fp8_saved_bytes is None else fp8_saved_bytes) if precision == "fp8" else 2.0
     qw, kvw = attn_proj_dims(model)
     drop = _dropout(model, dropout)
     a_loc = model.heads / tp
     sbh = s * b * h
-    attn = 2 * sbh * u + lin * sbh * u  # norm input, QKV input (norm output)
+    g = 1.0 if gathered_inputs else u  # the column-parallel inputs (QKV, fc1) as saved
+    attn = 2 * sbh * u + lin * sbh * g  # norm input, QKV input (norm output)
     attn += 2 * s * b * (qw + kvw) / tp  # Q, K, V
     if rope_copies and model.position_embedding == "rope" and not model.is_mla:
         attn += 2 * s * b * (qw + kvw / 2) / tp  # rotated Q and K beside the saved QKV output
     attn += 2 * s * b * qw / tp  # attention output (flash backward; = out-projection input in 16-bit)
-    attn += s * b * qw / tp if precision == "fp8" else 0.0  # its FP8 copy saved by the out-projection
+    attn += s * b * qw / tp if precision == "fp8" and lin < 2 else 0.0  # its FP8 copy saved by the out-projection
     attn += sbh * u if drop else 0.0  # attention-output dropout mask
     if not flash_attention and recompute != "selective":
         attn += (5.0 if drop else 2.0) * a_loc * s * seq_len * b  # softmax out, mask, dropout out
@@ -185,10 +192,10 @@ def activation_bytes_per_layer(
     if model.moe is not None and moe_layer:
         moe = model.moe
         f = moe.expert_ffn_hidden * (moe.top_k * moe_load + moe.shared_experts) / tp
-        mlp_in = lin * sbh * (moe.top_k * moe_load + 1) * u  # norm output + dispatched copies
+        mlp_in = lin * sbh * (moe.top_k * moe_load + 1) * g  # norm output + dispatched copies
     else:
         f = model.ffn_hidden / tp
-        mlp_in = lin * sbh * u
+        mlp_in = lin * sbh * g
     mlp = 2 * sbh * u + mlp_in  # norm input, fc1 input
     mlp += 2 * s * b * f * (2 if mlp_matrices(model) == 3 else 1)  # activation input(s)
     mlp += lin * s * b * f  # fc2 input
@@ -342,8 +349,17 @@ class StageMemory:
     buffers_bytes: float
     reserve_bytes: float
     framework_bytes: float = 0.0
-    moment: str = ""
+    why: object = field(default="", compare=False, repr=False)  # where the peak is (a string, or planner.cost.memory_peak's record)
     parts: tuple = field(default=(), compare=False)
+
+    @property
+    def moment(self) -> str:
+        """When the stage reaches its peak: which pass of which micro-batch (words)."""
+        if isinstance(self.why, str):
+            return self.why
+        from planner.cost.memory_peak import describe_peak  # noqa: PLC0415  (words only when asked)
+
+        return describe_peak(self.why)
 
     @property
     def model_states_bytes(self) -> float:

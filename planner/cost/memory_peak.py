@@ -18,14 +18,20 @@ context, NCCL, Transformer Engine userbuffers) is added for feasibility.
 
 from __future__ import annotations
 
+import numpy as np
+
+from functools import lru_cache
+from types import SimpleNamespace
+
 from planner.cost import memory as M
 from planner.cost.constants import Constants
-from planner.cost.memory_schedule import moments
+from planner.cost.flops import attn_proj_dims
+from planner.cost.memory_schedule import moment_table, steady_microbatches
 from planner.engines.profile import Engine
 from planner.errors import InputError
 from planner.specs import Job, ModelSpec, ParallelConfig
 
-__all__ = ["stage_peak", "DEEPSPEED_REDUCE_BUCKET_ELEMENTS"]
+__all__ = ["stage_peak", "describe_peak", "DEEPSPEED_REDUCE_BUCKET_ELEMENTS"]
 
 # DeepSpeed's reduce_bucket_size default (deepspeed/runtime/zero/config.py, 5e8 elements): the
 # contiguous gradient bucket ZeRO-2/3 allocates for its reductions (stage_1_and_2.py ipg buffer).
@@ -39,11 +45,33 @@ def _mode(engine: Engine, zero: int, pp: int):
         return None
 
 
+_PAR_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "recompute", "sequence_parallel", "zero",
+               "zero_shard_degree", "schedule", "tp_comm_overlap", "attention")
+
+
 def stage_peak(model: ModelSpec, job: Job, par: ParallelConfig, stage: int, n: int, params: dict, m: int, C: Constants,
                engine: Engine, moe_load: float = 1.0) -> M.StageMemory:
     """Bytes per GPU on pipeline stage ``stage`` (``n`` layers, parameters ``params`` from
-    :func:`planner.cost.memory.stage_params`, ``m`` micro-batches) at its peak moment."""
+    :func:`planner.cost.memory.stage_params`, ``m`` micro-batches) at its peak moment.
+    Cached on the fields that matter (the search prices the same stage many times)."""
+    key = tuple(getattr(par, f, None) for f in _PAR_FIELDS)
+    items = tuple((k, params[k]) for k in ("layers", "experts", "embedding", "output"))
+    ek = (engine.name, engine.memory, engine.sharding)  # what the memory model reads of the engine (hashable)
+    _ENGINES.setdefault(ek, engine)
+    return _stage_peak(model, job, key, stage, n, items, m, C, ek, moe_load)
+
+
+_ENGINES: dict = {}
+
+
+@lru_cache(maxsize=65536)
+def _stage_peak(model: ModelSpec, job: Job, key: tuple, stage: int, n: int, params_items: tuple, m: int, C: Constants,
+                ek: tuple, moe_load: float) -> M.StageMemory:
+    engine = _ENGINES[ek]
+    par = SimpleNamespace(**dict(zip(_PAR_FIELDS, key)))
+    params = dict(params_items)
     mem = engine.memory
+    f_res = C.ALLOCATOR_RESERVE_FRACTION if mem.reserve_fraction is None else mem.reserve_fraction
     prec = job.precision
     mb, s, tp, cp, pp, v = par.micro_batch_size, job.seq_len, par.tp, par.cp, par.pp, max(1, par.vpp)
     sp = bool(par.sequence_parallel and tp > 1)
@@ -60,7 +88,7 @@ def stage_peak(model: ModelSpec, job: Job, par: ParallelConfig, stage: int, n: i
     key = (prec, zero, job.grad_reduce, C, mem.states, grad_sync, mem.fp8_weight_cache, mem.foreach_optimizer_temp)
     st = M.state_bytes_per_param(key[0], key[1], shard, *key[2:])
     st_e = M.state_bytes_per_param(key[0], key[1], shard_e, *key[2:])
-    copies = 2.0 if par.schedule == "dualpipe" and pp > 1 else 1.0  # DualPipe keeps two model copies (DeepSeek-V3 Table 2)
+    copies = 1.0  # DualPipeV (the V-shaped DualPipe, two chunks per rank) keeps one copy of the parameters
     dense_p = params["layers"] + params["embedding"] + params["output"]
     exp_p = params["experts"]
 
@@ -111,10 +139,18 @@ def stage_peak(model: ModelSpec, job: Job, par: ParallelConfig, stage: int, n: i
     T = mb * s / cp
     x = 2.0 * T * model.hidden * u  # one sequence-sharded hidden-state tensor, 16-bit
     E = T * model.vocab / tp  # logits elements
-    kw = dict(C=C, dropout=mem.dropout, rope_copies=mem.rope_copies, selective=mem.selective)
+    kw = dict(C=C, dropout=mem.dropout, rope_copies=mem.rope_copies, selective=mem.selective,
+              gathered_inputs=mem.output_input_gathered and sp, fp8_saved_bytes=mem.fp8_saved_input_bytes)
     a_layer = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, par.recompute, flash, has_moe, prec, moe_load, **kw)
     a_none = M.activation_bytes_per_layer(model, mb, s, tp, cp, sp, "none", flash, has_moe, prec, moe_load, **kw)
     layer_tr = max(0.0, a_none - a_layer) if par.recompute != "none" else 0.0  # one layer re-materialised in its backward
+    if cp > 1 and mem.cp_allgather_kv:
+        # torch ring attention, allgather rotater (torch/distributed/tensor/experimental/
+        # _context_parallel/_attention.py): the backward all-gathers every rank's K and V again
+        # and accumulates the query/key/value gradients in fp32 (convert_to_f32), passing the
+        # key/value gradients round the ring (the dkv rotater: the buffer sent and the one received)
+        q_w, kv_w = attn_proj_dims(model)
+        layer_tr += 2.0 * T * cp * kv_w / tp + 4.0 * T * (q_w + kv_w) / tp + 2 * 4.0 * T * kv_w / tp
     zb = par.schedule in ("zb-h1", "zb-h2") and pp > 1
     w_layer = M.weight_grad_kept_bytes_per_layer(model, mb, s, tp, cp, sp, prec, C) if zb else 0.0
     drop = M._dropout(model, mem.dropout)
@@ -145,46 +181,62 @@ def stage_peak(model: ModelSpec, job: Job, par: ParallelConfig, stage: int, n: i
     sched = par.schedule if pp > 1 else "1f1b"
     static = weights + grads_static + optim
     buffers_static = gathered + recv + bucket
+    tab = moment_table(sched, stage, pp, v, steady_microbatches(sched, pp, m), zb, any(f > 0 for f in first))
     best = None
-    for mo in moments(sched, stage, pp, v, m, zb):
-        acts = sum(h * a for h, a in zip(mo.held, act)) + sum(p_ * w for p_, w in zip(mo.pending, wkeep))
-        lgs = sum(h * lg for h, lg in zip(mo.held, logit))
-        grads = sum(d * f for d, f in zip(mo.done, first))
-        buf = buffers_static
-        what = mo.describe(m, v, pp)
-        if mo.kind == "F" and logit[mo.chunk] > 0:
-            lgs += loss_extra  # the loss's forward working set
-            what += ": the loss"
-        if mo.kind == "B":
-            c = mo.chunk
-            if logit[c] > 0 and loss_extra >= btr[c] - logit[c]:
-                lgs += loss_extra
-                what += ": the loss backward"
-            elif btr[c] > 0:
-                acts += layer_tr if chunks[c] else 0.0
-                buf += gathered_b if chunks[c] else 0.0
-                lgs -= logit[c]
-                what += ": its last layer's backward" + (" (re-materialised)" if layer_tr else "")
-        pools = ag_pool + max(0.0, rs_pool - (grads if grad_sync != "step" else 0.0))
-        total = static + acts + lgs + grads + buf
-        key_ = total + mem.reserve_fraction * (acts + lgs + grads + buf - recv - bucket) + pools
-        if best is None or key_ > best[0] * (1 + 1e-12):
-            best = (key_, acts, lgs, grads, buf, what, pools)
+    # Each row's memory is [held | pending | done] . [act | wkeep | first] plus what its pass adds
+    # (one value per kind of pass: the loss, a layer's backward), priced for all rows at once.
+    fsdp_pool = grad_sync != "step" and rs_pool > 0
+    d_act, d_lg, d_buf, sub = [0.0] * (v + 2), [0.0] * (v + 2), [0.0] * (v + 2), [0] * (v + 2)
+    if logit[v - 1] > 0:
+        d_lg[1], sub[1] = loss_extra, 1
+    for c in range(v):
+        g = 2 + c
+        if logit[c] > 0 and loss_extra >= btr[c] - logit[c]:
+            d_lg[g], sub[g] = loss_extra, 2
+        elif btr[c] > 0:
+            d_act[g], d_buf[g], d_lg[g], sub[g] = (layer_tr, gathered_b, -logit[c], 3) if chunks[c] else (0.0, 0.0, -logit[c], 3)
+    ext = np.array([d_act[g] + d_lg[g] + d_buf[g] for g in range(v + 2)])
+    base = tab.hpd @ np.array(act + wkeep + first) + ext[tab.group]
+    if logit[v - 1] > 0:
+        base = base + tab.held[:, v - 1] * logit[v - 1]
+    key_m = base * (1 + f_res)
+    if fsdp_pool:
+        key_m = key_m + np.maximum(0.0, rs_pool - tab.done @ np.array(first))
+    r = int(np.argmax(key_m))
+    g = int(tab.group[r])
+    held, pend, done = tab.rows[r][2], tab.rows[r][3], tab.rows[r][4]
+    grads = sum(d * f for d, f in zip(done, first))
+    acts = sum(h * a for h, a in zip(held, act)) + sum(q * w for q, w in zip(pend, wkeep)) + d_act[g]
+    lgs = sum(h * lg for h, lg in zip(held, logit)) + d_lg[g]
+    buf = buffers_static + d_buf[g]
+    pools = ag_pool + (max(0.0, rs_pool - grads) if grad_sync != "step" else rs_pool)
+    best = (static + acts + lgs + grads + buf + f_res * (acts + lgs + grads + buf - recv - bucket) + pools,
+            acts, lgs, grads, buf, (r, sub[g]), pools)
     step_grads_all = sum(first)
     pools = ag_pool + max(0.0, rs_pool - (step_grads_all if grad_sync != "step" else 0.0))
-    step_key = static + step_grads_all + opt_step + buffers_static + mem.reserve_fraction * (step_grads_all + opt_step + gathered) + pools
+    step_key = static + step_grads_all + opt_step + buffers_static + f_res * (step_grads_all + opt_step + gathered) + pools
     if best is None or step_key > best[0] * (1 + 1e-12):
         best = (step_key, 0.0, 0.0, step_grads_all + opt_step, buffers_static, "the optimizer step", pools)
-    _, acts, lgs, grads, buf, what, pools = best
+    _, acts, lgs, grads, buf, where, pools = best
+    why = (tab, where[0], where[1], m, v, pp, bool(layer_tr), gathered_what) if isinstance(where, tuple) else (where,)
     dynamic = acts + lgs + grads + (buf - recv - bucket)
-    reserve = mem.reserve_fraction * dynamic + pools
+    reserve = f_res * dynamic + pools
     framework = C.FRAMEWORK_BUFFER_BYTES
     if par.tp_comm_overlap and sp and mem.states == "megatron":
         framework += M.tp_overlap_buffer_bytes(mb, s, cp, model.hidden, prec)
     parts = (("weights", weights), ("gradients", grads_static + grads), ("optimizer", optim), ("activations", acts),
              ("logits", lgs), ("gathered parameters", buf - recv - bucket), ("pipeline receive buffers", recv),
              ("gradient bucket", bucket), ("allocator reserve", reserve), ("outside the allocator", framework))
-    if gathered_what:
-        what += f"; {gathered_what}"
-    return M.StageMemory(stage, n, weights, grads_static + grads, optim, acts, lgs, buf, reserve, framework, what,
+    return M.StageMemory(stage, n, weights, grads_static + grads, optim, acts, lgs, buf, reserve, framework, why,
                          tuple((k, v_) for k, v_ in parts if v_))
+
+
+def describe_peak(why: tuple) -> str:
+    """Words for a stage's peak moment (:attr:`planner.cost.memory.StageMemory.moment`)."""
+    if len(why) == 1:
+        return str(why[0])
+    tab, r, sub, m, v, pp, recomputed, gathered_what = why
+    what = tab.moment(r).describe(m, v, pp)
+    what += {1: ": the loss", 2: ": the loss backward",
+             3: ": its last layer's backward" + (" (re-materialised)" if recomputed else "")}.get(sub, "")
+    return what + (f"; {gathered_what}" if gathered_what else "")

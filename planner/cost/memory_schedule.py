@@ -6,8 +6,8 @@ held from its F to its B (the part a W pass needs, to its W). :func:`moments` wa
 and returns, for every moment that could be the peak, how many micro-batches each chunk holds
 (``held``), how many wait for their W (``pending``) and which chunks have run a backward already
 (``done``: gradients an engine allocates at a chunk's first backward exist from then on). The
-memory at a moment is linear in these counts with non-negative coefficients, so a moment whose
-counts are all at most another's (same kind and chunk) is never the peak and is dropped.
+memory at a moment is linear in these counts, so the moments are priced as arrays at once
+(:class:`MomentTable`).
 
 Orders (each cited where it is built):
 
@@ -37,7 +37,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-__all__ = ["Moment", "moments", "rank_ops", "steady_microbatches"]
+import numpy as np
+
+__all__ = ["Moment", "MomentTable", "moment_table", "moments", "rank_ops", "steady_microbatches"]
 
 
 @dataclass(frozen=True)
@@ -138,40 +140,105 @@ def rank_ops(schedule: str, rank: int, pp: int, v: int, m: int) -> tuple[list[tu
     return ops, warm * v
 
 
-def _dominated(a: Moment, b: Moment) -> bool:
-    """``a`` is never above ``b``: same chunks done, no count higher (equal counts: the earlier is kept)."""
-    return a.done == b.done and all(x <= y for x, y in zip(a.held, b.held)) and all(x <= y for x, y in zip(a.pending, b.pending))
+@dataclass(frozen=True)
+class MomentTable:
+    """Every moment of a rank's walk as arrays (one row a moment, one column a chunk), for
+    vectorised pricing; ``moment(i)`` is row i as a :class:`Moment`."""
+
+    is_b: np.ndarray
+    chunk: np.ndarray
+    mb: np.ndarray
+    index: np.ndarray
+    step: np.ndarray
+    held: np.ndarray
+    pending: np.ndarray
+    done: np.ndarray
+    warmup: int
+    rows: tuple = ()  # (is_b, chunk, held, pending, done) per row, for small tables priced in Python
+    hpd: np.ndarray = None  # [held | pending | done], one product prices the three counts
+    group: np.ndarray = None  # 0 forward, 1 forward of the last chunk, 2 + c backward of chunk c
+
+    def moment(self, i: int) -> Moment:
+        return Moment("B" if self.is_b[i] else "F", int(self.chunk[i]), int(self.mb[i]), int(self.index[i]),
+                      tuple(int(x) for x in self.held[i]), tuple(int(x) for x in self.pending[i]),
+                      tuple(int(x) for x in self.done[i]), self.warmup, int(self.step[i]))
+
+    def __len__(self) -> int:
+        return len(self.is_b)
 
 
 @lru_cache(maxsize=8192)
-def moments(schedule: str, rank: int, pp: int, v: int, m: int, split_backward: bool = False) -> tuple[Moment, ...]:
-    """The moments of rank ``rank`` that can hold its peak (module doc), earliest first.
-    ``split_backward``: B passes keep what W needs (Zero Bubble); otherwise B frees it all."""
+def moment_table(schedule: str, rank: int, pp: int, v: int, m: int, split_backward: bool = False,
+                 track_done: bool = True) -> MomentTable:
+    """The moments of rank ``rank`` (module doc) in step order. ``split_backward``: B passes keep
+    what W needs (Zero Bubble); otherwise B frees it all. ``track_done``: whether gradients appear
+    at a chunk's first backward (otherwise the done-sets are not told apart). Moments another
+    covers are dropped (:func:`_undominated`); the table is read-only."""
     m_walk = steady_microbatches(schedule, pp, m)
     ops, warm = rank_ops(schedule, rank, pp, v, m_walk)
     held, pending, done = [0] * v, [0] * v, [0] * v
-    keep: dict[tuple, list[Moment]] = {}
+    rows: dict[tuple, tuple] = {}
+    zeros = (0,) * v
     f_count = 0
+    zb = split_backward and schedule in ("zb-h1", "zb-h2")
     for idx, (kind, c, k) in enumerate(ops):
         if kind == "W":
             pending[c] -= 1
             continue
         if kind == "F":
             held[c] += 1
-            mo = Moment("F", c, k, f_count, tuple(held), tuple(pending), tuple(done), warm, idx)
+            key = (False, c, tuple(held), tuple(pending), tuple(done) if track_done else zeros)
+            if key not in rows:
+                rows[key] = (k, f_count, idx)
             f_count += 1
-            group = ("F", -1)
         else:
-            mo = Moment("B", c, k, idx, tuple(held), tuple(pending), tuple(done), warm, idx)
-            group = ("B", c)
+            key = (True, c, tuple(held), tuple(pending), tuple(done) if track_done else zeros)
+            if key not in rows:
+                rows[key] = (k, idx, idx)
             held[c] -= 1
             done[c] = 1
-            if split_backward and schedule in ("zb-h1", "zb-h2"):
+            if zb:
                 pending[c] += 1
-        lst = keep.setdefault(group, [])
-        if any(_dominated(mo, o) for o in lst):
-            continue
-        lst[:] = [o for o in lst if not _dominated(o, mo)] + [mo]
-    out = [mo for lst in keep.values() for mo in lst]
-    out.sort(key=lambda x: x.step)
-    return tuple(out)
+    items = _undominated(sorted(rows.items(), key=lambda kv: kv[1][2]))
+    arr = lambda j: np.array([it[0][j] for it in items], dtype=np.int64)  # noqa: E731
+    t = MomentTable(is_b=np.array([it[0][0] for it in items], dtype=bool), chunk=arr(1),
+                    mb=np.array([it[1][0] for it in items]), index=np.array([it[1][1] for it in items]),
+                    step=np.array([it[1][2] for it in items]),
+                    held=np.array([it[0][2] for it in items], dtype=float).reshape(len(items), v),
+                    pending=np.array([it[0][3] for it in items], dtype=float).reshape(len(items), v),
+                    done=np.array([it[0][4] for it in items], dtype=float).reshape(len(items), v), warmup=warm,
+                    rows=tuple(it[0] for it in items))
+    object.__setattr__(t, "hpd", np.hstack([t.held, t.pending, t.done]))
+    # the row's kind for pricing: 0 forward, 1 forward of the last chunk, 2 + c backward of chunk c
+    object.__setattr__(t, "group", np.where(t.is_b, 2 + t.chunk, (t.chunk == v - 1).astype(np.int64)))
+    for a in (t.is_b, t.chunk, t.mb, t.index, t.step, t.held, t.pending, t.done, t.hpd, t.group):
+        a.setflags(write=False)
+    return t
+
+
+def _undominated(items: list) -> list:
+    """Drop a moment another of the same kind, chunk and done-set covers (no count higher; on
+    equal counts the earlier stays): with non-negative coefficients it is never the peak."""
+    groups: dict = {}
+    v = len(items[0][0][2]) if items else 1
+    for pos, it in enumerate(items):
+        (is_b, c, held, pend, done), _ = it
+        # a forward differs only on the last chunk (the loss); a backward's transient is the same
+        # on every chunk but the first (possibly empty) and the last (the loss)
+        cls = 2 if c == v - 1 else (1 if c == 0 else 0)
+        groups.setdefault((is_b, cls if is_b else cls == 2, done), []).append(pos)
+    keep = []
+    for pos_list in groups.values():
+        h = np.array([items[p][0][2] + items[p][0][3] for p in pos_list], dtype=float)
+        ge = (h[None, :, :] >= h[:, None, :]).all(axis=2)  # ge[i, j]: row j covers row i
+        eq = (h[None, :, :] == h[:, None, :]).all(axis=2)
+        order = np.arange(len(pos_list))
+        covered = ge & ~(eq & (order[None, :] > order[:, None])) & (order[None, :] != order[:, None])
+        keep += [pos_list[i] for i in range(len(pos_list)) if not covered[i].any()]
+    return [items[p] for p in sorted(keep)]
+
+
+def moments(schedule: str, rank: int, pp: int, v: int, m: int, split_backward: bool = False) -> tuple[Moment, ...]:
+    """The moments of :func:`moment_table` as :class:`Moment` values, earliest first."""
+    t = moment_table(schedule, rank, pp, v, m, split_backward)
+    return tuple(t.moment(i) for i in range(len(t)))

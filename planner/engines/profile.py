@@ -80,8 +80,13 @@ class MemoryProfile:
     ``loss_*``: bytes per logit element: ``held`` between a micro-batch's forward and backward,
     ``peak`` at the loss backward (``_tp`` with the vocabulary split over tensor parallelism),
     ``pp_stage_output`` more on a pipeline's last stage that keeps its output until its backward.
-    ``reserve_fraction``: the caching allocator's reserved peak over its allocated peak, less one,
-    as measured on this engine (the sources say where).
+    ``output_input_gathered``: column-parallel linears save their all-gathered input (DTensor).
+    ``fp8_saved_input_bytes``: bytes per saved FP8 GEMM input element (TE 1, torchao 2).
+    ``cp_allgather_kv``: context-parallel attention all-gathers the whole sequence's K and V
+    (torch's ring attention with the allgather rotater) and accumulates fp32 gradients.
+    ``reserve_fraction``: the caching allocator's reserve as a fraction of what is allocated and
+    freed within the step, where this engine has its own measurement (None: the allocator's,
+    Constants.ALLOCATOR_RESERVE_FRACTION).
     """
 
     states: str = "megatron"
@@ -96,9 +101,11 @@ class MemoryProfile:
     output_input_gathered: bool = False
     pp_recv_buffers: bool = False
     fp8_weight_cache: float = 2.0
+    fp8_saved_input_bytes: float = 1.0
+    cp_allgather_kv: bool = False
     fsdp_fp8_allgather: bool = False
     foreach_optimizer_temp: float = 0.0
-    reserve_fraction: float = 0.10
+    reserve_fraction: float | None = None  # None: Constants.ALLOCATOR_RESERVE_FRACTION
     sources: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -106,7 +113,7 @@ class MemoryProfile:
                       ("dropout", ("always", "model", "never"))):
             if getattr(self, k) not in ok:
                 raise InputError(f"engine.memory.{k}", getattr(self, k), " or ".join(ok))
-        if not 0 <= self.reserve_fraction < 1:
+        if self.reserve_fraction is not None and not 0 <= self.reserve_fraction < 1:
             raise InputError("engine.memory.reserve_fraction", self.reserve_fraction, "a fraction in [0, 1)")
 
 
