@@ -23,6 +23,7 @@ NetOpt = Annotated[Optional[str], typer.Option("--network", help="infiniband | r
 SeqOpt = Annotated[Optional[int], typer.Option("--seq-len", "-s", help="Sequence length in tokens.")]
 GbsOpt = Annotated[Optional[int], typer.Option("--global-batch-size", "-b", help="Sequences per optimizer step.")]
 PrecOpt = Annotated[Optional[str], typer.Option("--precision", help="bf16 | fp16 | fp8.")]
+MarginOpt = Annotated[Optional[float], typer.Option("--memory-margin", help="Fraction of GPU memory a plan leaves free (default 0.05: the memory model's largest under-prediction on published runs).")]
 GradOpt = Annotated[Optional[str], typer.Option("--grad-reduce", help="Gradient accumulation/reduction dtype: auto (fp32 for bf16/fp8, fp16 for fp16) | fp32 | bf16.")]
 EngineOpt = Annotated[Optional[str], typer.Option("--engine", "-e", help="Training engine: megatron-core (default) | megatron-legacy | deepspeed | megatron-deepspeed | torchtitan | megatron-zb (planner engines list).")]
 AttnOpt = Annotated[Optional[str], typer.Option("--attention", help="flash | unfused | auto (auto: the engine's kernel where the GPU has it).")]
@@ -39,3 +40,14 @@ ZeroOpt = Annotated[Optional[int], typer.Option("--zero", help="0 none, 1 optimi
 ScenarioOpt = Annotated[Optional[str], typer.Option("--scenario", help="A runs/scenario file (schema planner-runs/1).")]
 IdOpt = Annotated[Optional[str], typer.Option("--id", help="Run id inside --scenario.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+
+
+def check_margin(value: float | None) -> float | None:
+    """``--memory-margin``: a fraction in [0, 1) of GPU memory kept free (InputError otherwise)."""
+    from planner.errors import InputError  # noqa: PLC0415
+
+    if value is None:
+        return None
+    if not (0.0 <= value < 1.0):
+        raise InputError("--memory-margin", value, "a fraction of GPU memory in [0, 1), e.g. 0.05")
+    return float(value)

@@ -75,6 +75,11 @@ class Explanation:
             "time": [{"term": r.label, "exposed_s": r.exposed_s, "hidden_s": r.hidden_s, "link": r.link} for r in self.rows],
             "changes": [{"change": c.label, "step_time_s": c.estimate.step_time_s, "delta_s": c.delta_s, "fits": c.fits,
                          "memory_peak_bytes": c.estimate.memory_peak_bytes} for c in self.changes],
+            "memory": {"peak_stage": self.estimate.memory_peak_stage, "peak_moment": self.estimate.memory_peak_moment,
+                       "usable_bytes": self.estimate.memory_usable_bytes,
+                       "stages": [{"stage": s.stage, "moment": s.moment, "allocated_bytes": s.allocated_bytes,
+                                   "reserved_bytes": s.reserved_bytes, "total_bytes": s.total_bytes, "parts_bytes": dict(s.parts)}
+                                  for s in self.estimate.stages]},
         }
 
 
@@ -186,22 +191,36 @@ def _time_table(x: Explanation):
     return t
 
 
-def _memory_table(e: Estimate):
-    t = compact_table()
-    for col in ("stage", "layers", "weights", "grads", "optim", "acts", "logits", "other", "total"):
-        t.add_column(col, justify="left" if col == "stage" else "right", no_wrap=True)
+def _memory_rows(e: Estimate) -> list[list]:
+    """Stages with equal parts merged: [first, last, cells, total, moment]."""
     rows: list[list] = []
     for s in e.stages:
         vals = [str(s.layers), gib(s.weights_bytes), gib(s.gradients_bytes), gib(s.optimizer_bytes), gib(s.activations_bytes),
-                gib(s.logits_bytes), gib(s.buffers_bytes + s.reserve_bytes), gib(s.total_bytes)]
-        if rows and rows[-1][2] == vals:
+                gib(s.logits_bytes), gib(s.buffers_bytes + s.reserve_bytes + s.framework_bytes), gib(s.allocated_bytes),
+                gib(s.total_bytes)]
+        if rows and rows[-1][2] == vals and rows[-1][4] == s.moment:
             rows[-1][1] = s.stage
         else:
-            rows.append([s.stage, s.stage, vals, s.total_bytes])
-    for first, last, vals, total in rows:
-        style = "red" if total > e.memory_capacity_bytes else ("yellow" if total > 0.9 * e.memory_capacity_bytes else "")
+            rows.append([s.stage, s.stage, vals, s.total_bytes, s.moment])
+    return rows
+
+
+def _memory_table(e: Estimate):
+    """One row per stage (equal consecutive stages merged): the parts of its peak, what tensors
+    hold (alloc) and what the GPU needs (total); other = buffers + allocator reserve + memory
+    outside the allocator."""
+    t = compact_table()
+    for col in ("stage", "layers", "weights", "grads", "optim", "acts", "logits", "other", "alloc", "total"):
+        t.add_column(col, justify="left" if col == "stage" else "right", no_wrap=True)
+    for first, last, vals, total, _ in _memory_rows(e):
+        style = "red" if total > e.memory_usable_bytes else ("yellow" if total > 0.9 * e.memory_capacity_bytes else "")
         t.add_row(str(first) if first == last else f"{first}-{last}", *vals[:-1], Text(vals[-1], style=style))
     return t
+
+
+def _memory_moments(e: Estimate) -> list[Text]:
+    """When each stage reaches its peak."""
+    return [Text(f"  stage {f if f == l_ else f'{f}-{l_}'}: {m}") for f, l_, _, _, m in _memory_rows(e)]
 
 
 def render_explanation(x: Explanation, label: str = "plan") -> Group:
@@ -216,8 +235,12 @@ def render_explanation(x: Explanation, label: str = "plan") -> Group:
         Text("Where the step time goes (exposed: on the critical path; hidden: overlapped)", style="bold"),
         _time_table(x),
         Text(""),
-        Text(f"Memory per GPU by pipeline stage (GiB; capacity {cap / GIB:.1f} GiB, other = buffers + allocator reserve)", style="bold"),
+        Text(f"Memory per GPU by pipeline stage at its peak (GiB; capacity {cap / GIB:.1f}, usable {e.memory_usable_bytes / GIB:.1f} "
+             f"with the {100 * e.memory_margin:.0f}% margin; alloc = what tensors hold; other = buffers, the allocator's reserve "
+             "and memory outside it)", style="bold"),
         _memory_table(e),
+        Text(f"The peak is on stage {e.memory_peak_stage}. Each stage's peak moment:"),
+        *_memory_moments(e),
         Text(""),
         Text("Changes that would help most (one knob at a time, predicted)", style="bold"),
     ]

@@ -8,7 +8,7 @@ from planner.cost.constants import Constants
 from planner.cost.result import Estimate
 from planner.cost.stages import layer_costs, stage_time_parts
 from planner.cost.flops import embedding_params, layer_params
-from planner.cost.memory import bytes_per_param
+from planner.cost.memory import bytes_per_param, state_bytes_per_param
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
 __all__ = ["SPLIT_MIN_GAIN", "states_bound_fn", "per_layer_time", "p2p_per_stage", "step_lower_bound", "split_may_help"]
@@ -18,9 +18,10 @@ __all__ = ["SPLIT_MIN_GAIN", "states_bound_fn", "per_layer_time", "p2p_per_stage
 SPLIT_MIN_GAIN = 0.002
 
 
-def states_bound_fn(model: ModelSpec, precision: str, C: Constants, min_first: int = 1, grad_reduce: str = "auto"):
+def states_bound_fn(model: ModelSpec, precision: str, C: Constants, min_first: int = 1, grad_reduce: str = "auto", engine=None):
     """A fast function (tp, pp, dp, cp, ep, zero) -> model-state bytes per GPU on the most loaded
-    stage, ignoring activations (a lower bound of the peak memory)."""
+    stage, ignoring activations (a lower bound of the peak memory). ``engine``: its model-state
+    recipe (planner.cost.memory.state_bytes_per_param: what every moment of its step holds)."""
     # With dense first layers (DeepSeek-V3) a stage may hold either kind, so each layer is
     # counted at the cheaper of the two: the bound stays a lower bound for any split.
     kinds = [layer_params(model, moe_layer=False)]
@@ -33,7 +34,12 @@ def states_bound_fn(model: ModelSpec, precision: str, C: Constants, min_first: i
 
     def bpp(zero: int, shard: int) -> float:
         if (zero, shard) not in bpp_cache:
-            bpp_cache[(zero, shard)] = sum(bytes_per_param(precision, zero, shard, grad_reduce, C).values())
+            if engine is None:
+                bpp_cache[(zero, shard)] = sum(bytes_per_param(precision, zero, shard, grad_reduce, C).values())
+            else:
+                mem = engine.memory
+                st = state_bytes_per_param(precision, zero, shard, grad_reduce, C, mem.states, "step", mem.fp8_weight_cache)
+                bpp_cache[(zero, shard)] = st["weights"] + st["gradients"] + st["optimizer"]
         return bpp_cache[(zero, shard)]
 
     def bound(tp: int, pp: int, dp: int, cp: int, ep: int, zero: int) -> float:

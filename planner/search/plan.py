@@ -54,6 +54,10 @@ DEFAULT_TIME_LIMIT_S = 30.0
 # Candidates enumerated before the search gives up with InputError (bounds memory: ~150 bytes each).
 MAX_CANDIDATES = 500_000
 TIME_LIMIT_S: ContextVar[float] = ContextVar("planner_time_limit_s", default=DEFAULT_TIME_LIMIT_S)
+# The nearest-miss hints search a larger cluster for a plan that fits; each such search is
+# bounded, and none of them looks for hints of its own.
+HINT_TIME_LIMIT_S = 5.0
+_HINTING: ContextVar[bool] = ContextVar("planner_hinting", default=False)
 
 
 OBJECTIVES = ("time", "goodput")
@@ -203,10 +207,12 @@ def plan(
     opts = options or SearchOptions()
     eng = get_engine(opts.engine)
     C = constants or DEFAULT_CONSTANTS
+    if opts.memory_margin is not None:
+        C = C.replace(MEMORY_MARGIN_FRACTION=opts.memory_margin)
     check_precision(cluster, job)
     check_fixed(model, cluster, job, opts)
     fixed = opts.fixed or {}
-    cap = cluster.gpu.memory_bytes
+    cap = cluster.gpu.memory_bytes * (1.0 - C.MEMORY_MARGIN_FRACTION)  # usable: the margin is kept free
     stats = SolveStats()
     pool = []
     for t in candidate_tuples(model, cluster, job, opts):
@@ -220,7 +226,7 @@ def plan(
     if not pool:
         raise explain_no_candidates(model, cluster, job, opts)
     nearest: tuple | None = None  # (bytes, estimate or None, parallel)
-    states_of = states_bound_fn(model, job.precision, C, grad_reduce=job.grad_reduce)  # valid for any layer split
+    states_of = states_bound_fn(model, job.precision, C, grad_reduce=job.grad_reduce, engine=eng)  # valid for any layer split
     given = {k: fixed.get(k) for k in ("sequence_parallel", "attention", "tp_comm_overlap", "async_tp_allreduce",
                                          "overlap_grad_reduce", "overlap_param_gather")}
     flag_cache: dict = {}
@@ -290,7 +296,7 @@ def plan(
         if len(kth) > top_k:
             heapq.heappop(kth)
     if not found:
-        raise _no_fit(model, cluster, job, nearest, cap)
+        raise _no_fit(model, cluster, job, nearest, eng, C, fixed)
     ranked = sorted(found, key=lambda x: (x[0], x[1]))[:top_k]
     plans = [Plan(i + 1, par, est) for i, (_, _, est, par) in enumerate(ranked)]
     solver = stats.solver if stats.programs else "none"
@@ -315,26 +321,85 @@ def _timed_out(limit: float, found: list, candidates: int, evaluated: int, t0: f
                          "raise --time-limit or fix more fields", best=best)
 
 
-def _no_fit(model, cluster, job, nearest, cap) -> NoFeasiblePlan:
+def _no_fit(model, cluster, job, nearest, eng, C, fixed) -> NoFeasiblePlan:
+    """The nearest miss, priced by :func:`planner.estimate` (so the message and ``planner estimate``
+    on that layout agree), and only changes that fit when estimated (each one is)."""
+    from dataclasses import replace as _replace  # noqa: PLC0415
+
+    from planner.cost.estimate import estimate  # noqa: PLC0415
+
     gib = 2**30
     if nearest is None:
         return NoFeasiblePlan(f"no configuration of {model.name} fits on {cluster.num_gpus} x {cluster.gpu.id}")
-    need, est, par = nearest
-    hints = []
-    short = need - cap
-    acts = max((st.activations_bytes for st in est.stages), default=0.0) if est is not None else 0.0
-    if par.recompute != "full" and acts > short:
-        hints.append("full activation recompute (--recompute full)")
-    if (par.zero or 0) < 3 and par.pp == 1:
-        hints.append("ZeRO-3 / FSDP sharding (--zero 3)")
-    factor = need / cap
-    more = 2 ** math.ceil(math.log2(max(factor, 1.0001)))
-    hints.append(f"about {more}x more GPUs ({cluster.num_gpus * more}) or GPUs with {need / gib:.0f}+ GiB")
-    if job.global_batch_size > 1 and par.micro_batch_size > 1:
-        hints.append("a smaller micro-batch")
+    _, est, par = nearest
+    if est is None:  # pruned by its model states alone: price it
+        try:
+            est = estimate(model, cluster, job, par, eng, C, validate=False)
+        except InputError:
+            return NoFeasiblePlan(f"no configuration of {model.name} fits on {cluster.num_gpus} x {cluster.gpu.id}")
+    par = est.parallel
+    need, usable = est.memory_peak_bytes, est.memory_usable_bytes
+
+    def tried(p, cl=cluster):
+        try:
+            e = estimate(model, cl, job, p, eng, C)
+        except InputError:
+            return None
+        return e if e.fits else None
+
+    hints, fits_with = [], []
+    free = lambda f: f not in fixed  # noqa: E731  (a change the user has not pinned)
+    steps = []
+    if par.recompute != "full" and "full" in eng.recompute and free("recompute"):
+        steps.append(("full activation recompute (--recompute full)", {"recompute": "full"}))
+    top_zero = max((z for z in eng.zero_stages if par.pp == 1 or eng.mode(z).with_pp), default=0)
+    if (par.zero or 0) < top_zero and free("zero"):
+        steps.append((f"ZeRO-{top_zero} sharding (--zero {top_zero})", {"zero": top_zero}))
+    if par.micro_batch_size > 1 and free("micro_batch_size"):
+        steps.append(("micro-batch 1 (--mb 1)", {"micro_batch_size": 1}))
+    for label, ch in steps:
+        e = tried(par.replace(**ch, layers_per_stage=None))
+        if e is not None:
+            hints.append(f"{label}: {e.memory_peak_bytes / gib:.1f} GiB")
+            fits_with.append(e)
+    if not hints and len(steps) > 1:
+        allc = {k: v for _, ch in steps for k, v in ch.items()}
+        e = tried(par.replace(**allc, layers_per_stage=None))
+        if e is not None:
+            hints.append(" and ".join(l.split(" (")[0] for l, _ in steps) + f" together: {e.memory_peak_bytes / gib:.1f} GiB")
+    # More GPUs: the planner's own search on a cluster k times larger (the same nodes and links),
+    # from k ~ the memory shortfall up; the first k with a plan that fits is the hint.
+    if not _HINTING.get():
+        token = _HINTING.set(True)
+        try:
+            k = 2 ** max(1, int(math.floor(math.log2(max(2.0, need / usable)))))
+            for _ in range(3):
+                try:
+                    big = _replace(cluster, num_gpus=cluster.num_gpus * k, name=f"{cluster.name} x{k}")
+                    best = plan(model, big, job, top_k=1, options=SearchOptions(fixed=dict(fixed), engine=eng,
+                                                                                   memory_margin=est.memory_margin),
+                                time_limit_s=HINT_TIME_LIMIT_S, constants=C).plans[0]
+                except SolverFailure as exc:  # out of time: a plan found so far fits as well
+                    found = getattr(exc, "best", None)
+                    if not (found and found.plans):
+                        k *= 2
+                        continue
+                    best = found.plans[0]
+                except (NoFeasiblePlan, InputError):
+                    k *= 2
+                    continue
+                p = best.parallel
+                hints.append(f"{k}x more GPUs ({big.num_gpus}), e.g. tp={p.tp} pp={p.pp} dp={p.dp} cp={p.cp} "
+                             f"recompute={p.recompute} zero={p.zero}: {best.estimate.memory_peak_bytes / gib:.1f} GiB")
+                break
+        finally:
+            _HINTING.reset(token)
+    # A GPU with enough memory fits it by construction (the same estimate, more capacity).
+    hints.append(f"GPUs with {need / (1 - est.memory_margin) / gib:.0f}+ GiB")
     msg = (
-        f"needs {need / gib:.1f} GiB per GPU, {cap / gib:.1f} GiB available "
-        f"(nearest miss: tp={par.tp} pp={par.pp} dp={par.dp} cp={par.cp} mb={par.micro_batch_size} "
-        f"recompute={par.recompute} zero={par.zero}); feasible with " + " or ".join(hints[:2])
+        f"needs {need / gib:.1f} GiB per GPU, {usable / gib:.1f} GiB usable of {est.memory_capacity_bytes / gib:.1f} "
+        f"({100 * est.memory_margin:.0f}% margin) (nearest miss: tp={par.tp} pp={par.pp} dp={par.dp} cp={par.cp} "
+        f"mb={par.micro_batch_size} recompute={par.recompute} zero={par.zero}, peak at stage {est.memory_peak_stage}: "
+        f"{est.memory_peak_moment}); feasible with " + " or ".join(hints[:2])
     )
     return NoFeasiblePlan(msg, nearest=par, hints=hints)

@@ -55,6 +55,7 @@ class SearchOptions:
     max_cp: int = 64
     engine: "str | Engine | None" = None
     uneven_split: bool = True
+    memory_margin: float | None = None  # fraction of GPU memory kept free; None: Constants.MEMORY_MARGIN_FRACTION
 
 
 def divisors(n: int) -> list[int]:

@@ -205,7 +205,7 @@ def test_scenarios_exercise_memory_and_pipelines():
     assert binding >= 5, binding
     assert piped >= N_SCENARIOS // 3, piped
     assert uneven >= 2, uneven
-    assert infeasible <= N_SCENARIOS // 2, infeasible
+    assert infeasible <= 2 * N_SCENARIOS // 3, infeasible  # the memory model (margin included) leaves most feasible
 
 
 # --- the layer-split program alone -------------------------------------------------------------
@@ -256,7 +256,7 @@ def test_split_objective_tracks_the_estimate():
         for sp in compositions(model.layers, par.pp, par.vpp):
             e = estimate(model, cluster, job, dataclasses.replace(par, layers_per_stage=sp), ENGINE)
             diffs.append(e.step_time_s - split_objective(aff, sp, m, par.vpp, par.schedule, C))
-            mems.append((e.fits, split_fits(aff, sp, e.memory_capacity_bytes)))
+            mems.append((e.fits, split_fits(aff, sp, e.memory_usable_bytes)))
         assert max(diffs) - min(diffs) <= 1e-9 * max(abs(d) for d in diffs) + 1e-12, (par, min(diffs), max(diffs))
         assert all(a == b for a, b in mems), par
 
@@ -282,8 +282,8 @@ def test_split_tried_when_even_split_is_far_over_capacity():
     fixed = dict(tp=1, pp=8, dp=1, cp=1, micro_batch_size=1, recompute="none", zero=0, vpp=1, sequence_parallel=False)
     gpu = load_gpu("h100-sxm5-80gb")
     even = estimate(model, make_cluster(gpu, 8), job, ParallelConfig(**fixed))
-    cap = 0.6 * even.memory_peak_bytes
-    cluster = make_cluster(dataclasses.replace(gpu, memory_bytes=cap), 8)
+    cap = 0.6 * even.memory_peak_bytes  # usable memory: 60% of what the even split needs
+    cluster = make_cluster(dataclasses.replace(gpu, memory_bytes=cap / (1 - C.MEMORY_MARGIN_FRACTION)), 8)
     par = estimate(model, cluster, job, ParallelConfig(**fixed)).parallel
     split = optimal_split(model, cluster, job, par, cap, C, ENGINE)
     assert split is not None
