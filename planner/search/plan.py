@@ -397,8 +397,8 @@ def _no_fit(model, cluster, job, nearest, eng, C, fixed) -> NoFeasiblePlan:
     # A GPU with enough memory fits it by construction (the same estimate, more capacity).
     hints.append(f"GPUs with {need / (1 - est.memory_margin) / gib:.0f}+ GiB")
     msg = (
-        f"needs {need / gib:.1f} GiB per GPU, {usable / gib:.1f} GiB usable of {est.memory_capacity_bytes / gib:.1f} "
-        f"({100 * est.memory_margin:.0f}% margin) (nearest miss: tp={par.tp} pp={par.pp} dp={par.dp} cp={par.cp} "
+        f"needs {need / gib:.1f} GiB per GPU, {usable / gib:.1f} GiB available of {est.memory_capacity_bytes / gib:.1f} "
+        f"({100 * est.memory_margin:.0f}% margin kept free) (nearest miss: tp={par.tp} pp={par.pp} dp={par.dp} cp={par.cp} "
         f"mb={par.micro_batch_size} recompute={par.recompute} zero={par.zero}, peak at stage {est.memory_peak_stage}: "
         f"{est.memory_peak_moment}); feasible with " + " or ".join(hints[:2])
     )
