@@ -235,7 +235,11 @@ class _Lexer:
             if s[self.i] == ")":
                 self.i += 1
                 return out
-            out.append(self.word())
+            start = self.i
+            w = self.word()
+            if self.i == start:  # an operator inside ( ... ): bash refuses it too
+                self.fail(s[self.i], "array elements (words) up to ')'")
+            out.append(w)
 
     # --- words ---------------------------------------------------------------------------------
     def word(self, stop: str = "", raw: bool = False) -> Word:

@@ -115,7 +115,7 @@ def megatron_flags(par: ParallelConfig, old: ParallelConfig, model, legacy: bool
         want["--DDP-impl"] = ["torch" if par.overlap_grad_reduce else "local"]
     if bool(par.overlap_grad_reduce) != bool(old.overlap_grad_reduce) and not fsdp and not legacy:
         want["--overlap-grad-reduce"] = True if par.overlap_grad_reduce else None
-    if bool(par.overlap_param_gather) != bool(old.overlap_param_gather) and par.zero in (1,) and not legacy:
+    if bool(par.overlap_param_gather) != bool(old.overlap_param_gather) and par.zero in (1, 2) and not legacy:
         want["--overlap-param-gather"] = True if par.overlap_param_gather else None
         if par.overlap_param_gather:
             want["--overlap-grad-reduce"] = True
@@ -334,9 +334,12 @@ def _cut_words(line: str, flag: str, n_values: int) -> tuple[str, int]:
             start, end = a, toks[end_k][1]
             text = line[start:end]
             keep = "".join(ch for ch in text if ch in "\"'") if text.count('"') % 2 or text.count("'") % 2 else ""
+            lead = len(text) - len(text.lstrip("("))
+            trail = len(text) - len(text.rstrip(")"))
+            keep = text[:lead] + keep + (text[len(text) - trail:] if trail else "")  # an array's ( and ) stay
             new = line[:start] + keep + line[end:]
             new = re.sub(r'(^|\s)(""|\'\')(?=\s|$)', r"\1", new)
-            return re.sub(r"[ \t]{2,}", " ", new.rstrip()) if new.strip() else "", left
+            return re.sub(r"(?<=\S)[ \t]{2,}", " ", new.rstrip()) if new.strip() else "", left
     for a, b, t in toks:  # inside a quoted element: "--fp8-format hybrid"
         if len(t) > 1 and t[0] in "\"'" and t[-1] == t[0]:
             inner = t[1:-1].split()
@@ -351,6 +354,7 @@ def _cut_words(line: str, flag: str, n_values: int) -> tuple[str, int]:
     if m:
         new = body[:m.start()] + body[m.end():]
         new = re.sub(r"(?<=\S)[ \t]{2,}", " ", new)
+        new = re.sub(r"(?<=[\s(])(\"\s*\"|'\s*')(?=[\s)]|$)", "", new)  # an element left empty
         return new.rstrip() + comment if (new + comment).strip() else "", 0
     return line, 0
 

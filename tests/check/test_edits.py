@@ -1,0 +1,108 @@
+"""Changes as edits in the user's own format that `planner check` accepts back: the edited files,
+read again, are the configuration the change predicts, with the same step time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import planner
+from planner.check import check_job, read_job
+from planner.check.edits_shell import _cut_words, layout_string
+from planner.check.job import Overrides
+
+SCRIPT = """#!/bin/bash
+GPUS_PER_NODE=8
+NNODES=${NNODES:-2}
+TP=1
+MBS=1
+DTYPE=fp8
+MODEL=(
+    --num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32
+    --group-query-attention --num-query-groups 8 --swiglu --normalization RMSNorm
+    --position-embedding-type rope --untie-embeddings-and-output-weights --disable-bias-linear
+    --seq-length 4096 --max-position-embeddings 4096 --vocab-size 128256
+)
+TRAIN=(--micro-batch-size $MBS --global-batch-size 128 --bf16
+    --recompute-granularity full --recompute-method uniform --recompute-num-layers 1)
+EXTRA=()
+if [[ "$DTYPE" == "fp8" ]]; then
+    EXTRA+=("--fp8-format hybrid")
+fi
+torchrun --nproc_per_node $GPUS_PER_NODE --nnodes $NNODES pretrain_gpt.py \\
+    ${MODEL[@]} ${TRAIN[@]} ${EXTRA[@]} \\
+    --tensor-model-parallel-size $TP
+"""
+
+
+def _round_trip(report, files_arg, o):
+    seen = 0
+    for ch, ed in zip(report.changes, report.edits):
+        assert ed is not None and ed.verified, (ch.label, ed.problem if ed else None)
+        tmp = Path(files_arg[0]).parent / f"edited-{seen}"
+        tmp.mkdir()
+        for path, text in ed.files.items():
+            (tmp / Path(path).name).write_text(text)
+        arg = str(tmp / Path(files_arg[0].split(":")[0]).name) + (":" + files_arg[0].split(":")[1] if ":" in files_arg[0] else "")
+        cj = read_job([arg], o)
+        e = planner.estimate(cj.model, cj.cluster, cj.job, cj.parallel, cj.engine)
+        assert e.step_time_s == pytest.approx(ch.estimate.step_time_s, rel=1e-9), ch.label
+        assert ed.diff.startswith("--- a/")
+        seen += 1
+    return seen
+
+
+def test_megatron_script_edits_read_back(tmp_path):
+    p = tmp_path / "train.sh"
+    p.write_text(SCRIPT)
+    r = check_job(read_job([str(p)]), top=4, time_limit_s=10)
+    assert r.changes and _round_trip(r, [str(p)], None) == len(r.changes)
+    # values are rewritten where they are written (the variable), flags added at the end of the command
+    diffs = "".join(ed.diff for ed in r.edits)
+    assert "-MBS=1" in diffs or "-TP=1" in diffs or "--recompute" in diffs
+
+
+def test_shell_cuts():
+    assert _cut_words('    EXTRA+=("--fp8-format hybrid")', "--fp8-format", 1)[0] == "    EXTRA+=()"
+    assert _cut_words("  --a 1 --recompute-granularity full --b", "--recompute-granularity", 1)[0] == "  --a 1 --b"
+    assert layout_string((3, 2), 2) == "Et|t|tt|tL"
+    from planner.check.megatron import parse_layout
+
+    assert parse_layout(layout_string((3, 2), 2), 5, 2, "x") == (2, (3, 2))  # the reader reads back what the editor writes
+
+
+def test_toml_edits_read_back(tmp_path):
+    p = tmp_path / "job.toml"
+    p.write_text('[model]\nname = "llama3"\nflavor = "8B"\n\n[training]\nlocal_batch_size = 1\nseq_len = 8192  # tokens\n\n'
+                 '[parallelism]\ndata_parallel_shard_degree = -1\n\n[activation_checkpoint]\nmode = "full"\n')
+    o = Overrides(gpus=16)
+    r = check_job(read_job([str(p)], o), top=3, time_limit_s=10)
+    assert r.changes and _round_trip(r, [str(p)], o) == len(r.changes)
+    assert all("# tokens" in t or "seq_len" not in ed.diff for ed in r.edits for t in ed.files.values())  # comments kept
+
+
+def test_plan_document_edits_read_back(tmp_path):
+    from planner.cli.common import Setup, plan_document
+
+    m, c, j = planner.load_model("llama3.1-8b"), planner.make_cluster("h100-sxm5-80gb", 16), planner.Job(4096, 64)
+    doc = plan_document(Setup(m, c, j, {}, "llama3.1-8b", "h100-sxm5-80gb"),
+                        [planner.Plan(1, *(lambda e: (e.parallel, e))(planner.estimate(m, c, j, planner.ParallelConfig(tp=8, micro_batch_size=1, recompute="full"))))], None)
+    p = tmp_path / "plan.json"
+    p.write_text(json.dumps(doc))
+    r = check_job(read_job([str(p)]), top=3, time_limit_s=10)
+    assert r.changes and _round_trip(r, [str(p)], None) == len(r.changes)
+
+
+def test_deepspeed_json_edits_read_back(tmp_path):
+    p = tmp_path / "ds.json"
+    p.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8, "bf16": {"enabled": True},
+                             "zero_optimization": {"stage": 3}, "activation_checkpointing": {"partition_activations": False}}, indent=4))
+    o = Overrides(model="llama3.1-8b", gpus=8, extra={"job.seq_len": 4096})
+    r = check_job(read_job([str(p)], o), top=3, time_limit_s=10)
+    single = [(ch, ed) for ch, ed in zip(r.changes, r.edits) if ch.parallel.pp == 1]
+    assert single
+    for ch, ed in single:
+        assert ed.verified, ed.problem
+        assert json.loads(next(iter(ed.files.values())))["train_micro_batch_size_per_gpu"] == ch.parallel.micro_batch_size
