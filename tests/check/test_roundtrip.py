@@ -35,7 +35,7 @@ SETUPS = {
 }
 EMIT = {"megatron-core": "megatron", "deepspeed": "deepspeed", "torchtitan": "torchtitan"}
 FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "zero", "schedule", "layers_per_stage")
-T0 = time.perf_counter()
+CPU_S: list[float] = []  # CPU seconds each round-trip test took (time.process_time: unaffected by a busy machine)
 
 
 def _docs(engine: str):
@@ -51,6 +51,7 @@ def _exact(a: float, b: float) -> bool:
 
 @pytest.mark.parametrize("engine", list(SETUPS))
 def test_launch_files_read_back_exactly(engine, tmp_path):
+    t0 = time.process_time()
     checked = exact = 0
     refused = []
     for n, (doc, plans) in enumerate(_docs(engine)):
@@ -90,6 +91,7 @@ def test_launch_files_read_back_exactly(engine, tmp_path):
     assert checked >= 30 and exact == checked, (checked, exact, refused)
     if refused:
         print(f"{engine}: {len(refused)} emitted files Megatron-LM refuses: {refused[0][1]}")
+    CPU_S.append(time.process_time() - t0)
 
 
 def test_torchtitan_030_module_reads_back_exactly(tmp_path):
@@ -117,4 +119,6 @@ def test_plan_document_reads_back_exactly(tmp_path):
 
 
 def test_round_trip_is_fast():
-    assert time.perf_counter() - T0 < 90  # the module's plans and readbacks (< 60 s on a quiet machine)
+    if len(CPU_S) < len(SETUPS):
+        pytest.skip("run with the round-trip tests")
+    assert sum(CPU_S) < 60, CPU_S
