@@ -99,8 +99,16 @@ def best_changes(cj: CheckedJob, base: Estimate, k: int = 5, time_limit_s: float
         if best is not None:
             _add(found, _priced(cj, f"release {label}", released, best.parallel, base, "search"))
     try:
+        unc = getattr(cj.editor, "uncontrolled", ())
         for c in one_knob(cj.model, cj.cluster, cj.job, cj.parallel, cj.engine, None, base, k=12):
-            _add(found, _priced(cj, c.label, (), c.parallel, base, "neighbour"))
+            par = c.parallel
+            if par.tp == cj.parallel.tp:  # one knob: the job's own switches stay as written
+                keep = {f: getattr(cj.parallel, f) for f in ("sequence_parallel", "tp_comm_overlap", "overlap_grad_reduce",
+                                                            "async_tp_allreduce") if f not in unc}
+                if "overlap_param_gather" not in unc:
+                    keep["overlap_param_gather"] = bool(cj.parallel.overlap_param_gather) and par.zero in (1, 2)
+                par = par.replace(**keep)
+            _add(found, _priced(cj, c.label, (), par, base, "neighbour"))
     except InputError:
         pass
     out = [c for c in found.values() if _key(c.parallel) != _key(cj.parallel)]

@@ -129,7 +129,8 @@ class TomlFileEditor:
                 continue
             sec, name = key.rsplit(".", 1)
             lines = _toml_set(lines, sec, name, value)
-            summary.append(f"[{sec}] {name} = {_toml_value(value)}" + (f" (was {have!r})" if have is not None else ""))
+            shown = _toml_value(value) if not isinstance(value, list) else f"[{len(value)} parts of {[sum(1 for m in x if m.startswith('layers.')) for x in value]} layers]"
+            summary.append(f"[{sec}] {name} = {shown}" + (f" (was {have!r})" if have is not None else ""))
         if par.pp == 1:
             for key in ("pipeline_parallel_layers_per_stage", "module_fqns_per_model_part"):
                 if f"parallelism.{key}" in cur:
@@ -251,10 +252,10 @@ class PyFileEditor:
                     a, b = offs(hit.value.lineno, hit.value.col_offset), offs(hit.value.end_lineno, hit.value.end_col_offset)
                     if self.text[a:b] != _py(v):
                         repl.append((a, b, _py(v)))
-                        summary.append(f"{cls}({k}={self.text[a:b]} -> {_py(v)})")
+                        summary.append(f"{cls}({k}={self.text[a:b]} -> {_short(_py(v))})")
                 else:
                     repl.append(_insert_arg(call, f"{k}={_py(v)}", offs))
-                    summary.append(f"{cls}(add {k}={_py(v)})")
+                    summary.append(f"{cls}(add {k}={_short(_py(v))})")
         if par.recompute != cj.parallel.recompute:
             trainer = calls["Trainer.Config"][0] if calls["Trainer.Config"] else None
             hit = next((x for x in trainer.keywords if x.arg == "activation_checkpoint"), None) if trainer else None
@@ -281,6 +282,10 @@ def _insert_arg(call: ast.Call, text: str, offs) -> tuple[int, int, str]:
         return (end, end, text)
     at = offs(last.end_lineno, last.end_col_offset)
     return (at, at, ", " + text)
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 80 else text[:60] + f"... ({len(text)} characters)"
 
 
 class _Raw(str):

@@ -506,10 +506,28 @@ def _sharding(d: Draft, p: Parsed) -> None:
              "Megatron-FSDP forces it on (megatron_fsdp.py:331)" if ogr else "Megatron default: off (ARGS:3121)")
     _set(d, "parallel.overlap_param_gather", opg, p, "--overlap-param-gather" if p.has("--overlap-param-gather") else None,
          "Megatron-FSDP forces it on (megatron_fsdp.py:328)" if opg else "Megatron default: off (ARGS:3148)")
+    if zero >= 2 and p.has("--use-megatron-fsdp"):
+        d.post.append(lambda dd, cluster: _fsdp_prefetch(dd, p, zero, cluster))
     k = p.int("--num-distributed-optimizer-instances", 1)
     if k > 1:
         d.post.append(lambda dd, cluster: _instances(dd, p, k, cluster))  # type: ignore[attr-defined]
     d.set("parallel.zero_shard_degree", None, "default", "the whole data-parallel group")
+
+
+def _fsdp_prefetch(d: Draft, p: Parsed, zero: int, cluster) -> None:
+    """Megatron-FSDP prefetches its own gathers (overlap_param_gather forced on for
+    optim_grads_params, megatron_fsdp.py:328-330); which gathers that hides is the engine
+    profile's sharding mode (per-layer gathers are priced by the mode, the switch covers
+    once-per-step ones)."""
+    from planner.engines import engine_flags, get_engine  # noqa: PLC0415
+
+    tp, pp = d.get("parallel.tp", 1), d.get("parallel.pp", 1)
+    given = {"overlap_grad_reduce": True}
+    if p.has("--overlap-param-gather") and zero == 2:  # optim_grads_params forces it whatever the flag
+        given["overlap_param_gather"] = True
+    opg = engine_flags(get_engine(d.engine), cluster.gpu, tp, zero, given, pp)["overlap_param_gather"]
+    d.set("parallel.overlap_param_gather", opg, "default", "Megatron-FSDP's own prefetch (megatron_fsdp.py:328-330), as the engine "
+          f"profile's ZeRO-{zero} mode prices it")
 
 
 def _instances(d: Draft, p: Parsed, k: int, cluster) -> None:

@@ -87,7 +87,7 @@ def render_text(r: CheckReport, verbose: bool = False) -> str:
         L.append(f"  [{f.severity}] {f.id}: {f.message}")
     unm = [f for f in r.findings if f.id == "unmodelled"]
     if unm and not verbose:
-        L.append(f"  [info] {len(unm)} setting(s) the cost model does not price: " + "; ".join(f.message.split(":")[0] for f in unm))
+        L.append(f"  [info] {len(unm)} setting(s) the cost model does not price: " + "; ".join(f.message.split(": ")[0] for f in unm))
     L.append("")
     if not r.changes:
         L.append("changes: none predicted to help (a local optimum of the cost model)")

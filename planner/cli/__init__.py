@@ -18,3 +18,4 @@ from planner.cli import goodput  # noqa: F401,E402
 from planner.cli import sweep  # noqa: F401,E402
 from planner.cli import calibrate  # noqa: F401,E402
 from planner.cli import hetero  # noqa: F401,E402
+from planner.cli import check  # noqa: F401,E402

@@ -12,7 +12,7 @@ from planner.errors import InputError
 
 __all__ = ["schema_cmd", "SCHEMA_NAMES", "schema_text"]
 
-SCHEMA_NAMES = ("plan", "estimate", "validate")
+SCHEMA_NAMES = ("plan", "estimate", "validate", "check")
 
 
 def schema_text(name: str) -> str:
