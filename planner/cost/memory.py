@@ -261,6 +261,7 @@ def inflight_microbatches(stage: int, pp: int, vpp: int, num_microbatches: int) 
     return min(chunks, num_microbatches * vpp) / vpp
 
 
+@lru_cache(maxsize=65536)
 def chunk_layers(stage: int, n: int, vpp: int, pp: int) -> tuple[int, ...]:
     """Transformer layers of each of a rank's ``vpp`` model chunks (chunk c is virtual stage
     c pp + stage). Equal chunks when ``vpp`` divides ``n``; otherwise the embedding and the loss

@@ -155,64 +155,58 @@ def _stage_peak(model: ModelSpec, job: Job, key: tuple, stage: int, n: int, para
     w_layer = M.weight_grad_kept_bytes_per_layer(model, mb, s, tp, cp, sp, prec, C) if zb else 0.0
     drop = M._dropout(model, mem.dropout)
     loss_extra = max(0.0, (mem.loss_peak_tp if tp > 1 else mem.loss_peak) - mem.loss_held) * E
-    act, logit, wkeep, first, btr = [], [], [], [], []
+    # per chunk c (virtual stage g = c pp + stage), as arrays
+    kk = np.asarray(chunks, dtype=float)
+    g = np.arange(v) * pp + stage
+    first_g, last_g = g == 0, g == n_stages - 1
+    act = kk * a_layer + first_g * (x * (1.5 if drop else 1.0))  # embedding output (+ its dropout mask)
+    act = act + last_g * (mem.final_norm_bytes * T * model.hidden * u + 2.0 * T * model.hidden * (1.0 if mem.output_input_gathered else u))
+    logit = last_g * ((mem.loss_held + (mem.pp_stage_output if pp > 1 else 0.0)) * E)
     recv = 0.0
-    share = [k / n if n else 1.0 / v for k in chunks]
-    for c, k in enumerate(chunks):
-        g = c * pp + stage  # virtual stage
-        a = k * a_layer
-        lg = 0.0
-        if g == 0:
-            a += x * (1.5 if drop else 1.0)  # embedding output (+ its dropout mask)
-        if g == n_stages - 1:
-            a += mem.final_norm_bytes * T * model.hidden * u + 2.0 * T * model.hidden * (1.0 if mem.output_input_gathered else u)
-            lg = (mem.loss_held + (mem.pp_stage_output if pp > 1 else 0.0)) * E
-        if mem.pp_recv_buffers and pp > 1:
-            recv += m * x * ((g > 0) + (g < n_stages - 1))  # one receive buffer per micro-batch and direction
-            a += (x if g < n_stages - 1 else 0.0) - (x if g > 0 and k else 0.0)  # output kept for backward; input = recv buffer
-        wk = k * w_layer + ((2.0 * E + 2.0 * T * model.hidden * u) if g == n_stages - 1 else 0.0) if zb else 0.0
-        act.append(max(0.0, a))
-        logit.append(lg)
-        wkeep.append(min(wk, max(0.0, a) + lg))
-        fsh = share[c] * (params["layers"] + exp_p) + (params["embedding"] if c == 0 else 0.0) + (params["output"] if c == v - 1 else 0.0)
-        first.append(step_grads * (fsh / max(dense_p + exp_p, 1e-30)))
-        btr.append((layer_tr + gathered_b) if k else 0.0)
+    if mem.pp_recv_buffers and pp > 1:
+        recv = m * x * float(np.sum((g > 0).astype(float) + (g < n_stages - 1)))  # one receive buffer per micro-batch and direction
+        act = act + x * (g < n_stages - 1) - x * ((g > 0) & (kk > 0))  # output kept for backward; input = recv buffer
+    act = np.maximum(0.0, act)
+    if zb:
+        wkeep = np.minimum(kk * w_layer + last_g * (2.0 * E + 2.0 * T * model.hidden * u), act + logit)
+    else:
+        wkeep = np.zeros(v)
+    share = kk / n if n else np.full(v, 1.0 / v)
+    fsh = share * (params["layers"] + exp_p)
+    fsh[0] += params["embedding"]
+    fsh[-1] += params["output"]
+    first = step_grads * fsh / max(dense_p + exp_p, 1e-30)
+    btr = np.where(kk > 0, layer_tr + gathered_b, 0.0)
 
     sched = par.schedule if pp > 1 else "1f1b"
     static = weights + grads_static + optim
     buffers_static = gathered + recv + bucket
-    tab = moment_table(sched, stage, pp, v, steady_microbatches(sched, pp, m), zb, any(f > 0 for f in first))
-    best = None
+    tab = moment_table(sched, stage, pp, v, steady_microbatches(sched, pp, m), zb, bool(step_grads > 0))
     # Each row's memory is [held | pending | done] . [act | wkeep | first] plus what its pass adds
     # (one value per kind of pass: the loss, a layer's backward), priced for all rows at once.
-    fsdp_pool = grad_sync != "step" and rs_pool > 0
-    d_act, d_lg, d_buf, sub = [0.0] * (v + 2), [0.0] * (v + 2), [0.0] * (v + 2), [0] * (v + 2)
-    if logit[v - 1] > 0:
-        d_lg[1], sub[1] = loss_extra, 1
-    for c in range(v):
-        g = 2 + c
-        if logit[c] > 0 and loss_extra >= btr[c] - logit[c]:
-            d_lg[g], sub[g] = loss_extra, 2
-        elif btr[c] > 0:
-            d_act[g], d_buf[g], d_lg[g], sub[g] = (layer_tr, gathered_b, -logit[c], 3) if chunks[c] else (0.0, 0.0, -logit[c], 3)
-    ext = np.array([d_act[g] + d_lg[g] + d_buf[g] for g in range(v + 2)])
-    base = tab.hpd @ np.array(act + wkeep + first) + ext[tab.group]
-    if logit[v - 1] > 0:
-        base = base + tab.held[:, v - 1] * logit[v - 1]
+    is_loss = (logit > 0) & (loss_extra >= btr - logit)
+    is_lay = ~is_loss & (btr > 0)
+    lay_on = is_lay & (kk > 0)
+    d_act = np.concatenate(([0.0, 0.0], np.where(lay_on, layer_tr, 0.0)))
+    d_buf = np.concatenate(([0.0, 0.0], np.where(lay_on, gathered_b, 0.0)))
+    d_lg = np.concatenate(([0.0, loss_extra if logit[-1] > 0 else 0.0], np.where(is_loss, loss_extra, np.where(is_lay, -logit, 0.0))))
+    sub = np.concatenate(([0, 1 if logit[-1] > 0 else 0], np.where(is_loss, 2, np.where(is_lay, 3, 0))))
+    base = tab.hpd @ np.concatenate((act, wkeep, first)) + (d_act + d_lg + d_buf)[tab.group]
+    if logit[-1] > 0:
+        base = base + tab.held[:, v - 1] * logit[-1]
     key_m = base * (1 + f_res)
-    if fsdp_pool:
-        key_m = key_m + np.maximum(0.0, rs_pool - tab.done @ np.array(first))
+    if grad_sync != "step" and rs_pool > 0:
+        key_m = key_m + np.maximum(0.0, rs_pool - tab.done @ first)
     r = int(np.argmax(key_m))
-    g = int(tab.group[r])
-    held, pend, done = tab.rows[r][2], tab.rows[r][3], tab.rows[r][4]
-    grads = sum(d * f for d, f in zip(done, first))
-    acts = sum(h * a for h, a in zip(held, act)) + sum(q * w for q, w in zip(pend, wkeep)) + d_act[g]
-    lgs = sum(h * lg for h, lg in zip(held, logit)) + d_lg[g]
-    buf = buffers_static + d_buf[g]
+    gr = int(tab.group[r])
+    grads = float(tab.done[r] @ first)
+    acts = float(tab.held[r] @ act + tab.pending[r] @ wkeep + d_act[gr])
+    lgs = float(tab.held[r] @ logit + d_lg[gr])
+    buf = buffers_static + float(d_buf[gr])
     pools = ag_pool + (max(0.0, rs_pool - grads) if grad_sync != "step" else rs_pool)
     best = (static + acts + lgs + grads + buf + f_res * (acts + lgs + grads + buf - recv - bucket) + pools,
-            acts, lgs, grads, buf, (r, sub[g]), pools)
-    step_grads_all = sum(first)
+            acts, lgs, grads, buf, (r, int(sub[gr])), pools)
+    step_grads_all = float(first.sum())
     pools = ag_pool + max(0.0, rs_pool - (step_grads_all if grad_sync != "step" else 0.0))
     step_key = static + step_grads_all + opt_step + buffers_static + f_res * (step_grads_all + opt_step + gathered) + pools
     if best is None or step_key > best[0] * (1 + 1e-12):

@@ -229,6 +229,9 @@ def _undominated(items: list) -> list:
         groups.setdefault((is_b, cls if is_b else cls == 2, done), []).append(pos)
     keep = []
     for pos_list in groups.values():
+        if len(pos_list) > 256:  # large walks are priced as they are (pruning would cost more than it saves)
+            keep += pos_list
+            continue
         h = np.array([items[p][0][2] + items[p][0][3] for p in pos_list], dtype=float)
         ge = (h[None, :, :] >= h[:, None, :]).all(axis=2)  # ge[i, j]: row j covers row i
         eq = (h[None, :, :] == h[:, None, :]).all(axis=2)

@@ -172,6 +172,9 @@ def test_fsdp2_under_pipelining_unsharded_stage_and_fp32_accumulators():
     # backward that block's bf16 gradients before they join the fp32 accumulators
     assert dict(st.parts)["gathered parameters"] == pytest.approx(2.0 * p["layers"] + 2.0 * p["layers"] / 16)
     assert "backward" in st.moment and "7 chunk-micro-batches" in st.moment  # 1F1B rank 1: p - 1 in flight
+    x = 2.0 * 4 * 8192 * 16384 / 8  # one bf16 hidden state of the micro-batch, sequence-sharded
+    assert dict(st.parts)["pipeline receive buffers"] == pytest.approx(2 * 8 * x)  # activation + gradient buffer per micro-batch
+    assert dict(e.stages[0].parts)["pipeline receive buffers"] == pytest.approx(8 * x)  # the first stage receives no activation
     assert e.memory_peak_stage in (0, 1)
 
 
