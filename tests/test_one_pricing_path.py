@@ -79,6 +79,8 @@ def _cases() -> list:
         keep = {f: rng.random() < 0.5 for f in ENGINE_ONLY}
         if not cand.tp > 1:
             keep["sequence_parallel"] = False
+        if cand.schedule not in ("1f1b", "interleaved"):
+            keep["schedule"] = True  # the engine's default would be another schedule (1F1B / interleaved)
         par = cand.replace(**{f: (getattr(cand, f) if keep[f] else None) for f in ENGINE_ONLY}, layers_per_stage=None)
         out.append((engine, model, cluster, job, par))
     return out
@@ -113,6 +115,8 @@ def _cli(tmp_path, engine, model, cluster, job, par, lps):
         argv.append("--sequence-parallel" if par.sequence_parallel else "--no-sequence-parallel")
     if par.attention is not None:
         argv += ["--attention", par.attention]
+    if par.schedule is not None:
+        argv += ["--schedule", par.schedule]
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         code = main(argv)
@@ -125,6 +129,8 @@ def _validate(tmp_path, engine, model, cluster, job, par, lps):
     _, mdict = _model_file(tmp_path, model)
     block = {f: getattr(par, f) for f in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "sequence_parallel", "zero")}
     block["layers_per_stage"] = list(lps)
+    if par.schedule is not None:
+        block["schedule"] = par.schedule
     run = run_from_dict({"id": "r", "model": mdict, "job": {"seq_len": job.seq_len, "global_batch_size": job.global_batch_size,
                                                             "precision": job.precision},
                          "hardware": {"gpu": cluster.gpu.id, "num_gpus": cluster.num_gpus}, "parallel": block})
@@ -135,7 +141,10 @@ def _validate(tmp_path, engine, model, cluster, job, par, lps):
 
 
 def _plan(engine, model, cluster, job, par, lps):
+    # every field fixed, the schedule too (the search would otherwise also try the engine's others)
     fixed = {k: v for k, v in par.as_dict().items() if v is not None and k != "layers_per_stage"}
+    fixed.setdefault("schedule", planner.resolve(par.replace(layers_per_stage=tuple(lps)), model, cluster, job,
+                                                 planner.get_engine(engine))[0].schedule)
     fixed["layers_per_stage"] = tuple(lps)
     opts = SearchOptions(fixed=fixed, engine=engine, uneven_split=False, allow_tp_across_nodes=True, max_vpp=max(4, par.vpp),
                          max_micro_batch=max(4, par.micro_batch_size))

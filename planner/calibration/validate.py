@@ -123,6 +123,10 @@ class Refused:
 # ZB-H1's activation memory, ZB-2p at ZB-H2's (Qi et al. 2024 sec. 3-4): the planner's schedules.
 ZB_VARIANTS = {"zb-1p": "zb-h1", "zb-2p": "zb-h2"}
 
+# A run that does not name its schedule ran its engine's default one (1F1B, or interleaved 1F1B
+# with virtual stages): the fill does not pick a zero-bubble or V-shaped schedule for it.
+DEFAULT_SCHEDULES = ("1f1b", "interleaved")
+
 # A published run ran: when its unknown fields are filled, a configuration counts as fitting when
 # the memory model's prediction is within the model's own error band of the capacity. The model's
 # reserved-peak predictions fall within -5%..+15% of the measured peaks (benchmarks/
@@ -150,7 +154,7 @@ def fixed_fields(parallel: dict, notes: dict | None = None) -> dict:
 
 def _median(run: Run, fixed: dict, engine: str) -> tuple[Estimate | None, int]:
     """The median-time fitting configuration over the unknowns, and how many fit."""
-    opts = SearchOptions(fixed=fixed, allow_tp_across_nodes=True, engine=engine)
+    opts = SearchOptions(fixed=fixed, allow_tp_across_nodes=True, engine=engine, schedules=DEFAULT_SCHEDULES)
     C = DEFAULT_CONSTANTS.replace(MEMORY_MARGIN_FRACTION=FILL_MEMORY_MARGIN)
     ests = []
     for par in candidates(run.model, run.cluster, run.job, opts):
@@ -175,7 +179,8 @@ def fill_and_predict(run: Run, opts: SearchOptions | None = None, median: bool =
     base = opts or SearchOptions()
     margin = base.memory_margin if base.memory_margin is not None else FILL_MEMORY_MARGIN
     sopts = SearchOptions(fixed=fixed, allow_tp_across_nodes=True, max_micro_batch=base.max_micro_batch, engine=engine,
-                          uneven_split=base.uneven_split and "layers_per_stage" not in fixed, memory_margin=margin)
+                          uneven_split=base.uneven_split and "layers_per_stage" not in fixed, memory_margin=margin,
+                          schedules=DEFAULT_SCHEDULES)
     try:
         best = plan(run.model, run.cluster, run.job, top_k=1, options=sopts).plans[0]
         est = best.estimate

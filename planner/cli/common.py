@@ -65,6 +65,11 @@ def fixed_from_flags(**kw) -> dict:
     fixed = {k: v for k, v in kw.items() if v is not None}
     if "recompute" in fixed and fixed["recompute"] not in ("none", "selective", "full"):
         raise InputError("--recompute", fixed["recompute"], "none, selective or full")
+    if "schedule" in fixed:
+        from planner.cost.step import SCHEDULE_FORMS  # noqa: PLC0415
+
+        if fixed["schedule"] not in SCHEDULE_FORMS:
+            raise InputError("--schedule", fixed["schedule"], " | ".join(SCHEDULE_FORMS))
     if "zero" in fixed and fixed["zero"] not in (0, 1, 2, 3):
         raise InputError("--zero", fixed["zero"], "0, 1, 2 or 3")
     for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size"):

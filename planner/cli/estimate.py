@@ -36,7 +36,7 @@ def estimate_cmd(
     seq_len: O.SeqOpt = None, global_batch_size: O.GbsOpt = None, precision: O.PrecOpt = None, attention: O.AttnOpt = None,
     engine: O.EngineOpt = None, grad_reduce: O.GradOpt = None,
     tp: O.TpOpt = None, pp: O.PpOpt = None, dp: O.DpOpt = None, cp: O.CpOpt = None, ep: O.EpOpt = None, vpp: O.VppOpt = None,
-    micro_batch_size: O.MbOpt = None, recompute: O.RecOpt = None, sequence_parallel: O.SpOpt = None, zero: O.ZeroOpt = None,
+    micro_batch_size: O.MbOpt = None, recompute: O.RecOpt = None, schedule: O.SchedOpt = None, sequence_parallel: O.SpOpt = None, zero: O.ZeroOpt = None,
     scenario: O.ScenarioOpt = None, id: O.IdOpt = None, profile: ProfileOpt = None, json: O.JsonOpt = False,
     memory_margin: O.MarginOpt = None,
 ) -> None:
@@ -57,7 +57,7 @@ def estimate_cmd(
     setup = setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len,
                            global_batch_size, precision, attention, scenario, id, engine, grad_reduce, profile, tp=tp, pp=pp, dp=dp,
                            cp=cp, ep=ep, vpp=vpp, micro_batch_size=micro_batch_size, recompute=recompute,
-                           sequence_parallel=sequence_parallel, zero=zero)
+                           sequence_parallel=sequence_parallel, zero=zero, schedule=schedule)
     C = setup.constants if memory_margin is None else setup.constants.replace(MEMORY_MARGIN_FRACTION=O.check_margin(memory_margin))
     est = estimate(setup.model, setup.cluster, setup.job, parallel_from_setup(setup), setup.engine, C)
     best = Plan(1, est.parallel, est)

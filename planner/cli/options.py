@@ -34,6 +34,7 @@ CpOpt = Annotated[Optional[int], typer.Option("--cp", help="Context-parallel deg
 EpOpt = Annotated[Optional[int], typer.Option("--ep", help="Expert-parallel degree (MoE).")]
 VppOpt = Annotated[Optional[int], typer.Option("--vpp", help="Virtual pipeline stages per rank (interleaved 1F1B).")]
 MbOpt = Annotated[Optional[int], typer.Option("--micro-batch-size", "--mb", help="Micro-batch size in sequences.")]
+SchedOpt = Annotated[Optional[str], typer.Option("--schedule", help="Pipeline schedule: 1f1b | interleaved | gpipe | zb-h1 | zb-h2 | zb-v | dualpipe (those the engine runs).")]
 RecOpt = Annotated[Optional[str], typer.Option("--recompute", help="none | selective | full.")]
 SpOpt = Annotated[Optional[bool], typer.Option("--sequence-parallel/--no-sequence-parallel", help="Megatron sequence parallelism.")]
 ZeroOpt = Annotated[Optional[int], typer.Option("--zero", help="0 none, 1 optimizer (distributed optimizer), 2 +gradients, 3 +weights.")]

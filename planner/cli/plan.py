@@ -22,7 +22,7 @@ def plan_cmd(
     cluster: O.ClusterOpt = None, nic_gbps: O.NicOpt = None, nics_per_node: O.NicsOpt = None, network: O.NetOpt = None,
     seq_len: O.SeqOpt = None, global_batch_size: O.GbsOpt = None, precision: O.PrecOpt = None, attention: O.AttnOpt = None, engine: O.EngineOpt = None, grad_reduce: O.GradOpt = None,
     tp: O.TpOpt = None, pp: O.PpOpt = None, dp: O.DpOpt = None, cp: O.CpOpt = None, ep: O.EpOpt = None, vpp: O.VppOpt = None,
-    micro_batch_size: O.MbOpt = None, recompute: O.RecOpt = None, sequence_parallel: O.SpOpt = None, zero: O.ZeroOpt = None,
+    micro_batch_size: O.MbOpt = None, recompute: O.RecOpt = None, schedule: O.SchedOpt = None, sequence_parallel: O.SpOpt = None, zero: O.ZeroOpt = None,
     scenario: O.ScenarioOpt = None, id: O.IdOpt = None, json: O.JsonOpt = False,
     top: Annotated[int, typer.Option("--top", "-k", help="How many plans to return.")] = 10,
     allow_tp_across_nodes: Annotated[bool, typer.Option("--allow-tp-across-nodes", help="Let tensor parallelism leave the NVLink domain.")] = False,
@@ -49,19 +49,19 @@ def plan_cmd(
     _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len, global_batch_size,
           precision, attention, engine, tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, sequence_parallel, zero, scenario,
           id, json, top, allow_tp_across_nodes, emit, out, force, explain, objective, price, tokens, ckpt_write_gbs,
-          restart_s, failure_rate, grad_reduce, profile, memory_margin=memory_margin)
+          restart_s, failure_rate, grad_reduce, profile, schedule, memory_margin)
 
 
 def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len, global_batch_size,
           precision, attention, engine, tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, sequence_parallel, zero, scenario,
           id, json, top, allow_tp_across_nodes, emit, out, force, explain, objective, price, tokens, ckpt_write_gbs,
-          restart_s, failure_rate, grad_reduce=None, profile=None, memory_margin=None) -> None:
+          restart_s, failure_rate, grad_reduce=None, profile=None, schedule=None, memory_margin=None) -> None:
     from planner.search.plan import plan  # noqa: PLC0415
 
     setup = setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len,
                            global_batch_size, precision, attention, scenario, id, engine, grad_reduce, profile, tp=tp, pp=pp, dp=dp,
                            cp=cp, ep=ep, vpp=vpp, micro_batch_size=micro_batch_size, recompute=recompute,
-                           sequence_parallel=sequence_parallel, zero=zero)
+                           sequence_parallel=sequence_parallel, zero=zero, schedule=schedule)
     opts = setup.options(allow_tp_across_nodes=allow_tp_across_nodes, memory_margin=O.check_margin(memory_margin))
     from planner.cost.flops import param_count  # noqa: PLC0415
 

@@ -20,7 +20,7 @@ from planner.cost.constants import DEFAULT_CONSTANTS, Constants
 from planner.cost.flops import layer_flops, step_model_flops
 from planner.cost.result import Estimate
 from planner.cost.rules import check_parallel
-from planner.cost.stages import dense_counts, embedding_sync_time, layer_costs, stage_memory, stage_sync, stage_time_parts
+from planner.cost.stages import dense_counts, embedding_sync_time, layer_costs, stage_fw, stage_memory, stage_sync, stage_time_parts
 from planner.cost.step import assemble
 from planner.engines import Engine, default_split, get_engine, resolve
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
@@ -75,8 +75,6 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig,
     m = par.num_microbatches(job.global_batch_size)
     links = group_links(cluster, par)
     notes: list[str] = []
-    if par.schedule.startswith("zb") or par.schedule == "dualpipe":
-        notes.append(f"{par.schedule} schedule priced as 1F1B: its bubble is an upper bound (Qi et al. 2023 remove most of it)")
 
     costs = layer_costs(model, cluster, job, par, C)
     raw = costs[4]
@@ -98,8 +96,10 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig,
         stage_params.append(memo[mk][0])
         syncs.append(memo[mk][1])
     emb_sync = embedding_sync_time(model, par, grad_b, links["pp"])
+    fws = [stage_fw(costs, n, dcounts[i], i == pp - 1) for i, n in enumerate(lps)]
     parts = assemble(stage_t, [x["exposed_s"] for x in syncs], [x["optimizer_s"] for x in syncs], m=m, v=v,
-                     schedule=par.schedule, extra_s=emb_sync + C.STEP_OVERHEAD_S)
+                     schedule=par.schedule, extra_s=emb_sync + C.STEP_OVERHEAD_S,
+                     stage_w=[w for _, w in fws], stage_f=[f for f, _ in fws])
     step = parts.step_s
     crit = stage_parts[parts.critical_stage]
 

@@ -22,7 +22,7 @@ from planner.engines.profile import Engine
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
 __all__ = ["layer_costs", "stage_time_parts", "dense_in", "dense_counts", "stage_memory", "stage_sync", "overlap_exposed",
-           "embedding_sync_time", "StageSync", "host_exposed"]
+           "embedding_sync_time", "StageSync", "host_exposed", "stage_fw"]
 
 
 def _per_rank_links(g: GroupLinks, cluster: ClusterSpec) -> GroupLinks:
@@ -96,9 +96,17 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
 
     lg_f, lg_b = logits_times(model, gpu, prec, mb, s, tp, cp, C)
     lg_b += host_exposed(lg_f + lg_b, C.HOST_SECONDS_PER_KERNEL * C.HOST_LOGITS_KERNELS, C)
+    a2a_f = 2 * t_a2a  # dispatch + combine of one forward
+
+    def fw(lt, moe: bool) -> tuple[float, float]:
+        """(forward, weight-gradient) seconds of one layer: what zero-bubble schedules move
+        around. The weight-gradient GEMMs are half the backward GEMM time (the data- and
+        weight-gradient GEMMs of each linear layer have equal FLOPs; Qi et al. 2024 sec. 2)."""
+        return lt.fwd_s + tp_fwd + cp_fwd + (a2a_f if moe else 0.0), lt.bwd_gemm_s / 2
     t_p2p = p2p_time(links["pp"], act_bytes / tp)
     raw = {"t_tp": t_tp, "t_cp": t_cp_f, "t_a2a": t_a2a, "t_p2p": t_p2p, "bwd_dense_s": lt_d.bwd_s, "fwd_dense_s": lt_d.fwd_s,
-           "tp_fwd_exposed_s": tp_fwd, "tp_bwd_exposed_s": tp_bwd}
+           "tp_fwd_exposed_s": tp_fwd, "tp_bwd_exposed_s": tp_bwd, "fw_dense": fw(lt_d, False), "fw_moe": fw(lt_m, True),
+           "fw_last": (lg_f, 0.0)}
     return cost(lt_d, False), cost(lt_m, True), lg_f + lg_b, (2 * v * t_p2p if pp > 1 else 0.0), raw
 
 
@@ -120,6 +128,19 @@ def stage_time_parts(costs: tuple, n: int, n_dense: int, last: bool) -> dict[str
         parts["compute"] += last_extra
     parts["pp_comm"] = pp_comm
     return parts
+
+
+def stage_fw(costs: tuple, n: int, n_dense: int, last: bool) -> tuple[float, float]:
+    """(forward, weight-gradient) seconds per micro-batch of one stage of ``n`` layers. The
+    weight-gradient part is capped at the layers' forward: a zero-bubble schedule fills a wait
+    of about one forward with one W, and a longer W does not fit whole (Qi et al. 2024
+    sec. 3.1; the schedule simulator shows the closed form exact up to W = F)."""
+    raw = costs[4]
+    (fd, wd), (fm, wm) = raw["fw_dense"], raw["fw_moe"]
+    f, w = n_dense * fd + (n - n_dense) * fm, n_dense * min(wd, fd) + (n - n_dense) * min(wm, fm)
+    if last:
+        f += raw["fw_last"][0]
+    return f, w
 
 
 def dense_in(model: ModelSpec, first: int, n: int) -> int:

@@ -182,7 +182,7 @@ def check_engine(model: ModelSpec, job: Job, par: ParallelConfig, engine: Engine
     if par.vpp > 1:
         if par.pp == 1:
             raise InputError("parallel.vpp", par.vpp, "1 without pipeline parallelism")
-        if "interleaved" not in engine.schedules and par.schedule != "zb-v":
+        if "interleaved" not in engine.schedules and par.schedule not in ("zb-v", "dualpipe"):
             raise InputError("parallel.vpp", par.vpp, f"1 on {e} (no interleaved schedule)")
         if not interleaving_ok(lps, par.vpp, engine):
             what = "at least one layer per virtual stage on every stage" if engine.uneven_interleaving else \
@@ -191,5 +191,5 @@ def check_engine(model: ModelSpec, job: Job, par: ParallelConfig, engine: Engine
         m = par.num_microbatches(job.global_batch_size)
         if par.schedule == "interleaved" and m % par.pp:
             raise InputError("parallel.vpp", par.vpp, f"interleaving needs the micro-batch count ({m}) divisible by pp ({par.pp})")
-    if par.schedule == "zb-v" and par.vpp != 2:
-        raise InputError("parallel.vpp", par.vpp, "2 with the ZB-V schedule (two chunks per rank in a V)")
+    if par.schedule in ("zb-v", "dualpipe") and par.vpp != 2:
+        raise InputError("parallel.vpp", par.vpp, f"2 with the {par.schedule} schedule (two chunks per rank in a V)")

@@ -80,7 +80,9 @@ PRECISION = _choice("fp16", "bf16", "fp8")
 INTRA_KIND = _choice("nvswitch", "nvlink", "pcie", "xgmi")
 INTER_KIND = _choice("infiniband", "roce", "ethernet", "omnipath", "none")
 RECOMPUTE = _choice("none", "selective", "full")
-SCHEDULE = _choice("1f1b", "interleaved", "gpipe", "zb")
+# The shared runs schema's schedules (``zb``: the Zero Bubble fork's automatic schedule) and the
+# planner's named ones (planner.cost.step.SCHEDULE_FORMS), so a runs file can state a ZB-H1 run.
+SCHEDULE = _choice("1f1b", "interleaved", "gpipe", "zb", "zb-h1", "zb-h2", "zb-v", "dualpipe")
 ZERO = (lambda v: _is_int(v) and v in (0, 1, 2, 3), "0, 1, 2 or 3")
 INT_LIST = (lambda v: isinstance(v, list) and bool(v) and all(_is_int(x) and x >= 0 for x in v), "a list of non-negative integers")
 

@@ -86,7 +86,7 @@ def knob_changes(a, b, limit: int = 3) -> list[str]:
     """What differs between two resolved configurations, as ``tp 4 vs 8`` (a's value first)."""
     out = []
     for field, label in (("tp", "tp"), ("pp", "pp"), ("dp", "dp"), ("cp", "cp"), ("ep", "ep"), ("vpp", "vpp"),
-                         ("micro_batch_size", "mb"), ("recompute", "recompute"), ("zero", "ZeRO"),
+                         ("schedule", "schedule"), ("micro_batch_size", "mb"), ("recompute", "recompute"), ("zero", "ZeRO"),
                          ("sequence_parallel", "sp")):
         x, y = getattr(a, field, None), getattr(b, field, None)
         if x != y:

@@ -50,9 +50,9 @@ __all__ = [
     "makespan_and_bubble",
 ]
 
-EVENT_KINDS: tuple[str, ...] = ("fwd", "bwd", "recompute", "p2p", "idle", "optimizer", "dp_comm")
-SCHEDULE_KINDS: tuple[str, ...] = ("1f1b", "interleaved", "gpipe")
-_PIPELINE_KINDS = frozenset({"fwd", "bwd", "recompute", "p2p"})
+EVENT_KINDS: tuple[str, ...] = ("fwd", "bwd", "wgrad", "recompute", "p2p", "idle", "optimizer", "dp_comm")
+SCHEDULE_KINDS: tuple[str, ...] = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2")
+_PIPELINE_KINDS = frozenset({"fwd", "bwd", "wgrad", "recompute", "p2p"})
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,9 @@ def _per_stage(field: str, value: object, pp: int, *, positive: bool) -> tuple[f
 
 
 def _program(kind: str, pp: int, vpp: int, m: int, rank: int) -> list[tuple[str, int, int]]:
-    """Operation order of one rank as (op in {"F", "B"}, micro-batch, chunk)."""
+    """Operation order of one rank as (op in {"F", "B", "W"}, micro-batch, chunk); "B" is the
+    whole backward but where a "W" of the same micro-batch follows it (then B is the
+    input-gradient part only and W the weight gradients)."""
     if kind == "gpipe":
         return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
     if kind == "1f1b":
@@ -118,6 +120,8 @@ def _program(kind: str, pp: int, vpp: int, m: int, rank: int) -> list[tuple[str,
         for k in range(m - warmup):
             ops += [("F", warmup + k, 0), ("B", k, 0)]
         return ops + [("B", k, 0) for k in range(m - warmup, m)]
+    if kind in ("zb-h1", "zb-h2"):
+        return _zb_program(kind, pp, m, rank)
     # Megatron interleaved 1F1B.
     total = m * vpp
 
@@ -135,6 +139,28 @@ def _program(kind: str, pp: int, vpp: int, m: int, rank: int) -> list[tuple[str,
     return ops + [("B", micro(k), vpp - 1 - fchunk(k)) for k in range(total - warmup, total)]
 
 
+def _zb_program(kind: str, pp: int, m: int, rank: int) -> list[tuple[str, int, int]]:
+    """The forwards and backwards of the zero-bubble schedules in 1F1B's order with more
+    warm-up forwards (the weight-gradient passes are placed as the simulation runs,
+    :func:`simulate_schedule`): ``pp - rank`` for ZB-H1, ``2 (pp - rank) - 1`` for ZB-H2, the
+    forwards that fit before the first gradient comes back (Qi et al. 2024, "Zero Bubble
+    Pipeline Parallelism", sec. 3.1, Figs. 3-4)."""
+    warmup = min(pp - rank if kind == "zb-h1" else 2 * (pp - rank) - 1, m)
+    ops = [("F", i, 0) for i in range(warmup)]
+    for k in range(m):
+        ops.append(("B", k, 0))
+        if warmup + k < m:
+            ops.append(("F", warmup + k, 0))
+    return ops
+
+
+def _zb_in_flight(kind: str, pp: int) -> int:
+    """Micro-batches a rank may hold (forward run, weight gradients not yet): 1F1B's first-stage
+    peak ``pp`` for ZB-H1, ``2 pp - 1`` for ZB-H2 (Qi et al. 2024, Table 1: peak memory
+    p M_B and (2p - 1) M_B)."""
+    return pp if kind == "zb-h1" else 2 * pp - 1
+
+
 def simulate_schedule(
     pp: int,
     vpp: int,
@@ -146,13 +172,15 @@ def simulate_schedule(
     p2p_s: float = 0.0,
     optimizer_s: float | Sequence[float] = 0.0,
     dp_exposed_s: float | Sequence[float] = 0.0,
+    wgrad_s: float | Sequence[float] = 0.0,
 ) -> Schedule:
     """Simulate one training step's pipeline schedule.
 
     ``fwd_s``/``bwd_s``/``recompute_s``/``optimizer_s``/``dp_exposed_s`` are per *stage* (rank)
     per micro-batch (a scalar is broadcast); ``bwd_s`` includes the weight-gradient pass. For
     ``interleaved`` each of a rank's ``vpp`` chunks takes the rank's durations / ``vpp``;
-    ``p2p_s`` is paid per send between adjacent (virtual) stages.
+    ``p2p_s`` is paid per send between adjacent (virtual) stages. ``wgrad_s`` is the part of
+    ``bwd_s`` the zero-bubble schedules run as a separate weight-gradient pass ("wgrad" events).
     """
     pp = _check_int("pp", pp, 1)
     vpp = _check_int("vpp", vpp, 1)
@@ -171,6 +199,9 @@ def simulate_schedule(
     rec = _per_stage("recompute_s", recompute_s, pp, positive=False)
     opt = _per_stage("optimizer_s", optimizer_s, pp, positive=False)
     dpc = _per_stage("dp_exposed_s", dp_exposed_s, pp, positive=False)
+    wgr = _per_stage("wgrad_s", wgrad_s, pp, positive=False) if kind.startswith("zb") else (0.0,) * pp
+    if any(w >= b for w, b in zip(wgr, bwd)):
+        raise InputError("wgrad_s", wgrad_s, "durations below bwd_s (the weight gradients are part of the backward)")
     p2p = _per_stage("p2p_s", p2p_s, 1, positive=False)[0]
 
     n_virtual = pp * vpp
@@ -204,31 +235,56 @@ def simulate_schedule(
         grad = bwd_ready.get((mb, vs))
         return None if grad is None else max(own, grad)
 
-    remaining = sum(len(p) for p in programs)
-    while remaining:
+    zb = kind.startswith("zb")
+    pending: list[list[int]] = [[] for _ in range(pp)]  # micro-batches whose W has not run
+    in_flight = [0] * pp
+    limit = _zb_in_flight(kind, pp) if zb else 0
+
+    def run_w(r: int) -> None:
+        emit(r, "wgrad", free_s[r], wgr[r], pending[r].pop(0), 0)
+        in_flight[r] -= 1
+
+    def step(r: int) -> bool:
+        """Run rank r's next operation if its inputs are known; False when it must wait. On the
+        zero-bubble schedules a pending weight-gradient pass W (oldest first) runs before it
+        where it fits whole in the wait for the operation's input, where a forward would exceed
+        the in-flight limit, and at the end (the rules of Qi et al. 2024 sec. 3.1; a rank that
+        waits is idle, so a W placed into its wait once the input time is known is exact)."""
+        if pos[r] == len(programs[r]):
+            if not pending[r]:
+                return False
+            run_w(r)
+            return True
+        dep = ready(r)
+        if dep is None:
+            return False
+        op, mb, ch = programs[r][pos[r]]
+        while pending[r] and (free_s[r] + wgr[r] <= dep + 1e-12 * max(1.0, dep) or (op == "F" and in_flight[r] >= limit)):
+            run_w(r)
+        vs = ch * pp + r
+        start = max(free_s[r], dep)
+        if op == "F":
+            end = emit(r, "fwd", start, fwd[r] / vpp, mb, ch)
+            fwd_done[(mb, vs)] = end
+            in_flight[r] += zb
+            if vs < n_virtual - 1:
+                fwd_ready[(mb, vs + 1)] = emit(r, "p2p", end, p2p, mb, ch)
+        else:
+            end = emit(r, "recompute", start, rec[r] / vpp, mb, ch)
+            end = emit(r, "bwd", end, (bwd[r] - wgr[r]) / vpp, mb, ch)
+            if zb:
+                pending[r].append(mb)
+            if vs > 0:
+                bwd_ready[(mb, vs - 1)] = emit(r, "p2p", end, p2p, mb, ch)
+        pos[r] += 1
+        return True
+
+    while any(pos[r] < len(programs[r]) or pending[r] for r in range(pp)):
         progressed = False
         for r in range(pp):
-            while pos[r] < len(programs[r]):
-                dep = ready(r)
-                if dep is None:
-                    break
-                op, mb, ch = programs[r][pos[r]]
-                vs = ch * pp + r
-                start = max(free_s[r], dep)
-                if op == "F":
-                    end = emit(r, "fwd", start, fwd[r] / vpp, mb, ch)
-                    fwd_done[(mb, vs)] = end
-                    if vs < n_virtual - 1:
-                        fwd_ready[(mb, vs + 1)] = emit(r, "p2p", end, p2p, mb, ch)
-                else:
-                    end = emit(r, "recompute", start, rec[r] / vpp, mb, ch)
-                    end = emit(r, "bwd", end, bwd[r] / vpp, mb, ch)
-                    if vs > 0:
-                        bwd_ready[(mb, vs - 1)] = emit(r, "p2p", end, p2p, mb, ch)
-                pos[r] += 1
-                remaining -= 1
+            while step(r):
                 progressed = True
-        if not progressed:  # cannot happen for the three orders above; guards future edits
+        if not progressed:  # cannot happen for the orders above; guards future edits
             raise RuntimeError(f"pipeline schedule {kind} deadlocked at positions {pos}")
 
     for r in range(pp):

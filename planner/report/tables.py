@@ -68,6 +68,18 @@ def compact_table(**kw) -> Table:
     return Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False, collapse_padding=True, **kw)
 
 
+# Zero-bubble and V-shaped schedules beside the virtual-stage count (1F1B and interleaved 1F1B
+# are the plain count).
+SCHEDULE_TAGS = {"zb-h1": "h1", "zb-h2": "h2", "zb-v": "zbv", "dualpipe": "dpv", "gpipe": "gp"}
+SCHEDULE_NAMES = {"h1": "ZB-H1", "h2": "ZB-H2", "zbv": "ZB-V", "dpv": "DualPipeV", "gp": "GPipe"}
+
+
+def vpp_cell(par) -> str:
+    """The virtual-stage count, tagged with the schedule when it is not (interleaved) 1F1B."""
+    tag = SCHEDULE_TAGS.get(par.schedule) if par.pp > 1 else None
+    return f"{par.vpp} {tag}" if tag else str(par.vpp)
+
+
 def plans_table(plans: list) -> Table:
     """Ranked plans: rank, degrees, micro-batch x count, virtual stages, recompute, ZeRO, step
     time, tokens/s, MFU, peak memory per GPU (GiB; the capacity is the same for every row and
@@ -83,7 +95,7 @@ def plans_table(plans: list) -> Table:
         degrees = f"{par.tp}/{par.pp}/{par.dp}/{par.cp}" + (f" ep{par.ep}" if par.ep > 1 else "")
         style = "red" if not e.fits else ("yellow" if e.memory_peak_bytes > 0.9 * e.memory_capacity_bytes else "")
         t.add_row(
-            str(p.rank), degrees, f"{par.micro_batch_size}x{e.num_microbatches}", str(par.vpp),
+            str(p.rank), degrees, f"{par.micro_batch_size}x{e.num_microbatches}", vpp_cell(par),
             {"none": "-", "selective": "sel", "full": "full"}[par.recompute], str(par.zero),
             fmt_time(e.step_time_s), fmt_tokens(e.tokens_per_s), f"{100 * e.mfu:.1f}%",
             Text(gib(e.memory_peak_bytes), style=style), bound_label(e),
@@ -94,7 +106,9 @@ def plans_table(plans: list) -> Table:
 def plans_legend(plans: list) -> str:
     """The column legend under the plans table, with the units said once (:data:`planner.units.LEGEND`)."""
     cap = f"{gib(plans[0].estimate.memory_capacity_bytes)} GiB" if plans else "the GPU's memory"
-    return ("mb x n: micro-batch x count; v: virtual stages per rank; rec: recompute;\n"
+    tags = sorted({SCHEDULE_TAGS[p.parallel.schedule] for p in plans if p.parallel.pp > 1 and p.parallel.schedule in SCHEDULE_TAGS})
+    sched = ("schedules: " + ", ".join(f"{t} {SCHEDULE_NAMES[t]}" for t in tags) + ";\n") if tags else ""
+    return ("mb x n: micro-batch x count; v: virtual stages per rank; rec: recompute;\n" + sched +
             f"Z: ZeRO stage; GiB: peak memory per GPU (capacity {cap});\n"
             "bound: the largest exposed term of the step and its share (compute,\n"
             f"bubble, or tp/pp/dp/cp/ep comm with its network); {MEMORY_LEGEND}")

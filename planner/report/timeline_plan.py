@@ -17,8 +17,10 @@ events. The simulated pipeline is followed, on every stage, by one ``dp_comm`` e
 one ``optimizer`` event so that each stage's row adds up to the predicted step time:
 ``optimizer`` is the predicted optimizer step, ``dp_comm`` the rest (exposed data-parallel
 and ZeRO communication, embedding sync, fixed step overhead, and the difference between the
-simulated pipeline and the closed form ``m t_max + (sum t_i - t_max) / v``, reported in
-:class:`PlanSchedule`).
+simulated pipeline and the closed form of :func:`planner.cost.step.pipeline_time`, reported in
+:class:`PlanSchedule`). Zero-bubble entries draw the weight-gradient passes ("wgrad"); ZB-H2's
+closed form counts each stage from its own first forward (optimizer post-validation), so its
+drawing's warm-up staircase is longer than the prediction by about (p - 1) forwards.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from pathlib import Path
 
 from planner.cost.constants import DEFAULT_CONSTANTS, Constants
 from planner.cost.estimate import estimate
-from planner.cost.stages import dense_counts, layer_costs
-from planner.cost.step import pipeline_coefficients
+from planner.cost.stages import dense_counts, layer_costs, stage_fw
+from planner.cost.step import pipeline_form, pipeline_time
 from planner.engines import DEFAULT_ENGINE, default_split, get_engine
 from planner.cost.result import Estimate
 from planner.errors import InputError
@@ -163,7 +165,8 @@ def stage_phases(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parallel
         if i == par.pp - 1:
             f += last_extra / 3
             b += last_extra * 2 / 3
-        out.append({"fwd_s": f, "bwd_s": b, "recompute_s": r, "pp_comm_s": pp_comm})
+        fw_f, fw_w = stage_fw(costs, n, nd, i == par.pp - 1)
+        out.append({"fwd_s": f, "bwd_s": b, "recompute_s": r, "pp_comm_s": pp_comm, "wgrad_s": fw_w, "fw_f_s": fw_f})
     return out, (raw["t_p2p"] if par.pp > 1 else 0.0)
 
 
@@ -172,15 +175,18 @@ class PlanSchedule:
     schedule: Schedule
     step_time_s: float          # predicted step time: every stage's row adds up to it
     pipeline_sim_s: float       # end of the last simulated pipeline event
-    pipeline_model_s: float     # the cost model's closed form m t_max + (sum t_i - t_max) / v
+    pipeline_model_s: float     # the cost model's closed form (planner.cost.step.pipeline_time)
     optimizer_s: float
     tail_s: float               # dp_comm + optimizer appended to every stage
 
 
 def _kind(par: ParallelConfig) -> str:
+    if par.schedule in ("zb-v", "dualpipe"):
+        raise InputError("parallel.schedule", par.schedule,
+                         "a schedule the timeline draws (1f1b, interleaved, gpipe, zb-h1, zb-h2); the V-shaped ones are priced by their closed form only")
     if par.vpp > 1:
         return "interleaved"
-    return "gpipe" if par.schedule == "gpipe" else "1f1b"
+    return par.schedule if par.schedule in ("gpipe", "zb-h1", "zb-h2") else "1f1b"
 
 
 def plan_schedule(ctx: PlanContext) -> PlanSchedule:
@@ -193,12 +199,13 @@ def plan_schedule(ctx: PlanContext) -> PlanSchedule:
         pp=par.pp, vpp=par.vpp, num_microbatches=est.num_microbatches, kind=_kind(par),
         fwd_s=[max(tiny, s["fwd_s"]) for s in phases], bwd_s=[max(tiny, s["bwd_s"]) for s in phases],
         recompute_s=[s["recompute_s"] for s in phases], p2p_s=p2p,
+        wgrad_s=[min(s["wgrad_s"], 0.999 * max(tiny, s["bwd_s"])) for s in phases],
     )
     bare = simulate_schedule(**kw)
     span = bare.makespan_s
     m, v, t = est.num_microbatches, par.vpp, est.stage_times_s
-    c_max, c_sum = pipeline_coefficients(m, v, par.schedule)
-    model_pipe = c_max * max(t) + c_sum * sum(t)
+    form = pipeline_form(par.schedule, m, v, par.pp)
+    model_pipe = pipeline_time(t, [s["wgrad_s"] for s in phases], [s["fw_f_s"] for s in phases], m, form)
     step = est.step_time_s
     tail = max(0.0, step - span)
     opt = min(est.time_breakdown_s.get("optimizer_s", 0.0), tail)

@@ -48,6 +48,7 @@ __all__ = [
 KIND_COLOURS: dict[str, str] = {
     "fwd": "#4878d0",
     "bwd": "#6acc64",
+    "wgrad": "#b5e3a8",  # the zero-bubble schedules' weight-gradient pass, a lighter backward
     "recompute": "#956cb4",
     "p2p": "#8c8c8c",
     "idle": "#f4f4f4",

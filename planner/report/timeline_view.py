@@ -29,7 +29,7 @@ __all__ = ["SUMMARY_MIN_MICROBATCHES", "KEEP_PERIODS", "View", "timeline_view", 
 
 SUMMARY_MIN_MICROBATCHES = 24
 KEEP_PERIODS = 3
-_PIPE = ("fwd", "bwd", "recompute", "p2p")
+_PIPE = ("fwd", "bwd", "wgrad", "recompute", "p2p")
 
 
 def nice_ticks(span_s: float, target_count: int = 8) -> list[float]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from planner.cost.constants import Constants
 from planner.cost.result import Estimate
 from planner.cost.stages import layer_costs, stage_time_parts
+from planner.cost.step import pipeline_form
 from planner.cost.flops import embedding_params, layer_params
 from planner.cost.memory import bytes_per_param, state_bytes_per_param
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
@@ -84,10 +85,13 @@ def p2p_per_stage(model: ModelSpec, cluster: ClusterSpec, job: Job, pk: tuple, C
 
 
 def step_lower_bound(layers: int, pp: int, v: int, m: int, per_layer: tuple[float, float], p2p_s: float, overhead_s: float,
-                     unit: int | None = None) -> float:
+                     unit: int | None = None, form: tuple[float, float, float] | None = None) -> float:
     """A step time no layer split of this candidate goes below.
 
-    Every split has step >= (m - 1/v) T + sum(t)/v + the fixed overhead, with sum(t) the same
+    Every split has step >= (m - a) T + a sum(t) + the fixed overhead (a = 1/v: the bubble
+    a (sum t - T) of the schedule ``form`` of :func:`planner.cost.step.pipeline_form`, default
+    1F1B / interleaved; a zero-bubble form, whose bubble also falls with the weight-gradient
+    and forward parts, is bounded by m T alone, its bubble being >= 0), with sum(t) the same
     for every split (all layers at their mean time ``per_layer[0]``, every stage's pipeline
     send/recv ``p2p_s``) and T the slowest stage: at least the mean stage, and at least a stage
     of ceil(L / (u pp)) units of u layers at the least per-layer time ``per_layer[1]`` (some
@@ -97,7 +101,10 @@ def step_lower_bound(layers: int, pp: int, v: int, m: int, per_layer: tuple[floa
     mean_l, least_l = per_layer
     total = mean_l * layers + pp * p2p_s
     fullest = least_l * u * -(-layers // (u * pp)) + p2p_s
-    return (m - 1.0 / v) * max(total / pp, fullest) + total / v + overhead_s
+    a, b, c = form or (1.0 / v, 0.0, 0.0)
+    if b or c:
+        return m * max(total / pp, fullest) + overhead_s
+    return (m - a) * max(total / pp, fullest) + a * total + overhead_s
 
 
 def split_may_help(est: Estimate, par: ParallelConfig, job: Job, cap: float, kth: list, top_k: int, unit: int | None = None) -> bool:
@@ -127,7 +134,12 @@ def split_may_help(est: Estimate, par: ParallelConfig, job: Job, cap: float, kth
     w = [st.weights_bytes for st in est.stages]
     r = min((sum(w) / len(w)) / max(w) if max(w) > 0 else 1.0, (sum(lps) / len(lps)) / max(lps))
     dp_total = next((c["time_s"] for c in est.comm if c["kind"] == "dp"), 0.0)
-    gain = (m - 1.0 / v) * (max(t) - t_lb) + (1 - r) * (dp_total + est.time_breakdown_s["optimizer_s"])
+    # The pipeline term: (m - a)(T - t_lb) where the bubble is a (sum t - T) (1F1B, interleaved);
+    # where it also falls with the weight-gradient and forward parts (zero-bubble schedules,
+    # DualPipeV), m (T - t_lb) plus the whole bubble.
+    a, b, c = pipeline_form(par.schedule, m, v, par.pp)
+    pipe_gain = (m - a) * (max(t) - t_lb) if not (b or c) else m * (max(t) - t_lb) + est.time_breakdown_s["bubble_s"]
+    gain = pipe_gain + (1 - r) * (dp_total + est.time_breakdown_s["optimizer_s"])
     if est.fits and gain <= SPLIT_MIN_GAIN * est.step_time_s:
         return False
     return len(kth) < top_k or est.step_time_s - gain < -kth[0]

@@ -14,13 +14,13 @@ that group's GPU (:func:`planner.search.split.stage_affine`: time per micro-batc
 sync, optimizer step and memory, each affine in the stage's layer count). The step time is
 assembled by :func:`planner.cost.step.assemble`, the step assembly of ``estimate``:
 
-    T_step = c_max T + c_sum sum_i t_i + max_i sync_i + max_i opt_i + emb_sync + overhead,  T = max_i t_i
+    T_step = (m - a) T + a sum_i t_i + max_i sync_i + max_i opt_i + emb_sync + overhead,  T = max_i t_i
 
-with (c_max, c_sum) = (m - 1, 1) for 1F1B (:func:`planner.cost.step.pipeline_coefficients`).
+with a = 1 for 1F1B and GPipe, the schedules of a mixed cluster (:func:`planner.cost.step.pipeline_form`).
 The placement and split are one mixed-integer program (:class:`planner.search.milp.Program`,
 HiGHS or CBC), with x_ig = 1 when stage i runs on group g:
 
-    min  c_max T + c_sum sum_i t_i + D + O
+    min  (m - a) T + a sum_i t_i + D + O
     s.t. sum_g x_ig = 1,  sum_i x_ig <= floor(count_g / (tp dp)),  sum_i n_i = L,  n_i >= 1,
          t_i >= a_ig n_i + b_ig - M_t (1 - x_ig)            (stage time on group g)
          D   >= branch_ig(n_i) - M_t (1 - x_ig)  (every sync branch, planner.cost.step.sync_branches),  O >= opt_ig(n_i) - M_t (1 - x_ig),
@@ -40,7 +40,7 @@ from planner.cost.comm import group_links
 from planner.cost.constants import DEFAULT_CONSTANTS, Constants
 from planner.cost.rules import check_parallel, tp_ok
 from planner.cost.stages import dense_counts, embedding_sync_time, layer_costs, stage_memory, stage_sync, stage_time_parts
-from planner.cost.step import assemble, pipeline_coefficients
+from planner.cost.step import assemble, pipeline_form
 from planner.engines import Engine, default_split, get_engine, resolve
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
 from planner.search.bounds import states_bound_fn
@@ -166,7 +166,10 @@ def hetero_place(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelCon
         return None
     m = par.num_microbatches(job.global_batch_size)
     eta = C.COMM_COMPUTE_OVERLAP_EFFICIENCY
-    c_max, c_sum = pipeline_coefficients(m, 1, par.schedule)
+    a_form, b_form, c_form = pipeline_form(par.schedule, m, 1, pp)
+    if b_form or c_form:
+        raise InputError("parallel.schedule", par.schedule, "1f1b or gpipe on a mixed cluster")
+    c_max, c_sum = m - a_form, a_form
     aff = [stage_affine(model, c, job, _on(par, c, model, job, eng), C, eng) for c in clusters]
     ts, ms = 1e3, 1.0 / 2**30  # milliseconds and GiB: coefficients near 1
     big_t = ts * max(max(a * L + b for a, b in af.time) + max(sum(abs(sa) * L + abs(sb) for sa, sb, _, _ in parts) for parts in af.sync)

@@ -41,6 +41,7 @@ from planner.errors import InputError, NoFeasiblePlan, SolverFailure
 from planner.search.bounds import SPLIT_MIN_GAIN, p2p_per_stage, per_layer_time, split_may_help, states_bound_fn, step_lower_bound  # noqa: F401
 from planner.search.milp import SolveStats
 from planner.search.rules import check_fixed, explain_no_candidates
+from planner.cost.step import pipeline_form
 from planner.search.space import SearchOptions, candidate_tuples, to_parallel
 from planner.search.split import optimal_split, split_unit
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
@@ -157,15 +158,15 @@ _REC = {"none": 0, "selective": 1, "full": 2}
 
 
 def _tuple_key(t: tuple) -> tuple:
-    tp, pp, dp, cp, ep, v, mb, rec, z = t
-    return (cp, ep, v, tp, pp, dp, mb, _REC[rec], z, ())
+    tp, pp, dp, cp, ep, v, mb, rec, z, sched = t
+    return (cp, ep, v, tp, pp, dp, mb, _REC[rec], z, sched, ())
 
 
 def _key(par: ParallelConfig) -> tuple:
     """Deterministic tie-break among equal predictions: fewer exotic dimensions first
     (no context or expert parallelism, no interleaving), then smaller degrees."""
     return (par.cp, par.ep, par.vpp, par.tp, par.pp, par.dp, par.micro_batch_size, _REC[par.recompute],
-            par.zero, par.layers_per_stage or ())
+            par.zero, par.schedule or "", par.layers_per_stage or ())
 
 
 def plan(
@@ -237,7 +238,7 @@ def plan(
     for i, t in enumerate(pool):
         if i % 256 == 0 and time.perf_counter() > deadline:
             raise _timed_out(limit, [], len(pool), 0, t0, eng.name, stats, "bounding")
-        tp, pp, dp, cp, ep, v, mb, rec, z = t
+        tp, pp, dp, cp, ep, v, mb, rec, z, sched = t
         sk = (tp, pp, dp, cp, ep, z)
         states = states_cache.get(sk)
         if states is None:
@@ -258,7 +259,8 @@ def plan(
         pk = (tp, cp, dp, pp, mb, v)
         if pk not in p2p_cache:
             p2p_cache[pk] = p2p_per_stage(model, cluster, job, pk, C) if pp > 1 else 0.0
-        lb = step_lower_bound(model.layers, pp, v, m, per_layer_cache[lk], p2p_cache[pk], C.STEP_OVERHEAD_S, split_unit(v, eng))
+        lb = step_lower_bound(model.layers, pp, v, m, per_layer_cache[lk], p2p_cache[pk], C.STEP_OVERHEAD_S, split_unit(v, eng),
+                              pipeline_form(sched, m, v, pp))
         bounded.append((lb, _tuple_key(t), t))
     bounded.sort(key=lambda x: (x[0], x[1]))
     kth: list[float] = []  # max-heap (negated) of the K best exact times so far
@@ -270,11 +272,10 @@ def plan(
             break
         if time.perf_counter() > deadline:
             raise _timed_out(limit, found, len(pool), evaluated, t0, eng.name, stats, "ranking", top_k)
-        tp, pp, dp, cp, ep, v, mb, rec, z = t
+        tp, pp, dp, cp, ep, v, mb, rec, z, sched = t
         par = to_parallel(t, fixed).replace(**flag_cache[(tp, z, pp > 1)])
         if par.etp is None:
             par = par.replace(etp=default_etp(tp, dp, cp, ep))
-        par = par.replace(schedule=par.schedule or ("interleaved" if v > 1 else eng.default_schedule))
         evaluated += 1
         lps = lps_fixed or default_split(model, pp, v, eng)
         est = price(model, cluster, job, par, lps, eng, C)

@@ -27,13 +27,19 @@ from planner.cost.rules import tp_ok
 from planner.engines import Engine, default_split, get_engine, interleaving_ok, resolve
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
-__all__ = ["SearchOptions", "divisors", "candidates", "candidate_tuples", "to_parallel", "FIELDS", "TUPLE_FIELDS"]
+__all__ = ["SearchOptions", "divisors", "candidates", "candidate_tuples", "to_parallel", "schedules_for", "FIELDS", "TUPLE_FIELDS"]
 
 # The fields a search may fix or choose.
 FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "sequence_parallel", "zero", "schedule",
           "attention", "tp_comm_overlap", "async_tp_allreduce", "overlap_grad_reduce", "overlap_param_gather")
 # A candidate tuple, in this order.
-TUPLE_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "zero")
+TUPLE_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "zero", "schedule")
+
+# The schedules the search tries by chunk count: one chunk a rank, or v chunks (the V-shaped
+# ones take exactly two). GPipe is left out unless fixed: it has 1F1B's bubble and holds every
+# micro-batch's activations (Narayanan et al. 2021 sec. 2.2.1).
+_FLAT = ("1f1b", "zb-h1", "zb-h2")
+_V_SHAPED = ("zb-v", "dualpipe")
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,7 @@ class SearchOptions:
     max_cp: int = 64
     engine: "str | Engine | None" = None
     uneven_split: bool = True
+    schedules: tuple[str, ...] | None = None  # the pipeline schedules to try (None: every one the engine runs)
     memory_margin: float | None = None  # fraction of GPU memory kept free; None: Constants.MEMORY_MARGIN_FRACTION
 
 
@@ -83,11 +90,29 @@ def to_parallel(t: tuple, fixed: dict | None = None) -> ParallelConfig:
     """The ParallelConfig of a candidate tuple, with the fixed engine-decided fields; the rest
     stay None for :func:`planner.engines.resolve`."""
     kw = dict(zip(TUPLE_FIELDS, t))
-    for k in ("sequence_parallel", "schedule", "attention", "tp_comm_overlap", "async_tp_allreduce", "overlap_grad_reduce",
+    for k in ("sequence_parallel", "attention", "tp_comm_overlap", "async_tp_allreduce", "overlap_grad_reduce",
               "overlap_param_gather", "layers_per_stage", "zero_shard_degree"):
         if fixed and fixed.get(k) is not None:
             kw[k] = tuple(fixed[k]) if k == "layers_per_stage" else fixed[k]
     return ParallelConfig(**kw)
+
+
+def schedules_for(eng: Engine, pp: int, v: int, fixed: str | None = None, allowed: tuple[str, ...] | None = None) -> list[str]:
+    """The pipeline schedules a candidate with ``pp`` stages of ``v`` chunks may run on ``eng``
+    (the fixed one if given and runnable; only those in ``allowed`` if given)."""
+    if allowed is not None and fixed is None:
+        return [s for s in schedules_for(eng, pp, v) if s in allowed or pp == 1]
+    if pp == 1:
+        return [fixed or eng.default_schedule]
+    if v == 1:
+        opts = [s for s in eng.schedules if s in _FLAT] or [eng.default_schedule]
+        ok = ("gpipe", *_FLAT)
+    else:
+        opts = [s for s in eng.schedules if s == "interleaved" or (v == 2 and s in _V_SHAPED)]
+        ok = ("interleaved", *_V_SHAPED) if v == 2 else ("interleaved",)
+    if fixed is not None:
+        return [fixed] if fixed in ok and fixed in eng.schedules else []
+    return opts
 
 
 def candidates(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: SearchOptions):
@@ -98,7 +123,7 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: SearchOpt
 
 
 def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: SearchOptions):
-    """Yield (tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, zero) for every candidate."""
+    """Yield (tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, zero, schedule) for every candidate."""
     n = cluster.num_gpus
     fx = opts.fixed
     eng = get_engine(opts.engine)
@@ -112,7 +137,7 @@ def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: Sea
     pps = _pick(fx, "pp", [p for p in divisors(n) if p <= model.layers])
     zeros_all = [z for z in opts.zero_stages if z in eng.zero_stages]
     recs = _pick(fx, "recompute", [r for r in opts.recompute if r in eng.recompute])
-    interleave = "interleaved" in eng.schedules and fx.get("schedule") in (None, "interleaved")
+    interleave = bool(schedules_for(eng, 2, 2, fx.get("schedule"), opts.schedules))  # some schedule runs v > 1 chunks
     for tp, cp, pp in itertools.product(tps, cps, pps):
         if n % (tp * cp * pp):
             continue
@@ -144,6 +169,7 @@ def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: Sea
             lps = tuple(fx["layers_per_stage"]) if fx.get("layers_per_stage") else default_split(model, pp, v, eng)
             vpps = [v] if v == 1 or (pp > 1 and interleave and interleaving_ok(lps, v, eng)) else []
         for mb, ep, z, rec, v in itertools.product(mbs, eps, zeros, recs, vpps):
-            if v > 1 and (per_rank // mb) % pp:
-                continue  # interleaving needs the micro-batch count divisible by pp
-            yield (tp, pp, dp, cp, ep, v, mb, rec, z)
+            for sched in schedules_for(eng, pp, v, fx.get("schedule"), opts.schedules):
+                if sched == "interleaved" and (per_rank // mb) % pp:
+                    continue  # interleaving needs the micro-batch count divisible by pp
+                yield (tp, pp, dp, cp, ep, v, mb, rec, z, sched)

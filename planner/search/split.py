@@ -6,16 +6,19 @@ micro-batch, the (comm, window) parts of its once-per-step synchronisation, opti
 memory), with an intercept that differs on the first stage (embedding) and the last (output
 layer, loss). The step time of :func:`planner.cost.step.assemble` is then
 
-    c_max T + c_sum sum_i t_i + D + O + const,   T >= t_i,  D >= sync_i,  O >= opt_i
+    m T + B + D + O + const,   T >= t_i,  D >= sync_i,  O >= opt_i,
+    B >= 0,  B >= a (sum_i t_i - T) + b (sum_i w_i - W) + c (sum_i f_i - F),  W >= w_i,  F >= f_i
 
-with (c_max, c_sum) the schedule's :func:`planner.cost.step.pipeline_coefficients` and sync_i =
+with (a, b, c) the schedule's :func:`planner.cost.step.pipeline_form` (b = c = 0 but for the
+zero-bubble schedules and DualPipe, where b, c <= 0 make W, F the maxima of the weight-gradient
+and forward parts w_i, f_i at the optimum; m >= a makes T the maximum of t_i), and sync_i =
 sum_j exposed(s_ij, w_ij) over the parts of stage i, a sum of maxima (the overlap rule of
 :func:`planner.cost.stages.overlap_exposed`), i.e. the maximum over one linear branch per part
 (:func:`planner.cost.step.sync_branches`). The split that minimises the step time under the
 per-stage memory limit is the integer program
 
-    min  c_max T + c_sum sum_i t_i + D + O
-    s.t. t_i = a_i n_i + e_i,  n_i = u k_i,  n_i >= v,  k_i integer,  sum_i n_i = L,
+    min  m T + B + D + O
+    s.t. t_i = a_i n_i + e_i (w_i, f_i likewise),  n_i = u k_i,  n_i >= v,  k_i integer,  sum_i n_i = L,
          T >= t_i,  D >= every branch sum of stage i,  O >= opt_i(n_i),  mem_i(n_i) <= capacity,
 
 with u = v where the engine needs every virtual stage of a rank to hold the same number of
@@ -32,8 +35,8 @@ from dataclasses import dataclass
 
 from planner.cost import memory as M
 from planner.cost.constants import Constants
-from planner.cost.stages import dense_in, layer_costs, overlap_exposed, stage_memory, stage_sync, stage_time_parts
-from planner.cost.step import pipeline_coefficients, sync_branches
+from planner.cost.stages import dense_in, layer_costs, overlap_exposed, stage_fw, stage_memory, stage_sync, stage_time_parts
+from planner.cost.step import pipeline_form, pipeline_time, sync_branches
 from planner.engines import Engine, least_layers
 from planner.search.milp import INF, Program, SolveStats
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
@@ -50,6 +53,8 @@ class StageAffine:
     sync: tuple[tuple[tuple[float, float, float, float], ...], ...]  # per stage, per part: (s slope, s intercept, w slope, w intercept)
     opt: tuple[tuple[float, float], ...]
     mem: tuple[tuple[float, float], ...]
+    fwd: tuple[tuple[float, float], ...] = ()  # the forward part f_i (zero-bubble schedules, DualPipe)
+    wgrad: tuple[tuple[float, float], ...] = ()  # the weight-gradient part w_i
 
 
 def stage_affine(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, C: Constants, engine: Engine) -> StageAffine:
@@ -59,7 +64,7 @@ def stage_affine(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parallel
     m = par.num_microbatches(job.global_batch_size)
     costs = layer_costs(model, cluster, job, par, C)
     bwd, fwd = costs[4]["bwd_dense_s"], costs[4]["fwd_dense_s"]
-    times, syncs, opts, mems = [], [], [], []
+    times, syncs, opts, mems, fwds, wgrads = [], [], [], [], [], []
     dense = model.dense_layers if model.moe is not None else 0
     memo: dict = {}
     for i in range(pp):
@@ -78,25 +83,27 @@ def stage_affine(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parallel
                 memo[role] = (t, params, stage_sync(cluster, job, par, params, n, t, m, bwd, fwd, C, engine))
             t, params, sync = memo[role]
             mem = stage_memory(model, job, par, i, n, params, m, C, engine).total_bytes
-            pts.append((t, sync["parts"], sync["optimizer_s"], mem))
-        (t1, d1, o1, m1), (t2, d2, o2, m2) = pts
+            pts.append((t, sync["parts"], sync["optimizer_s"], mem, stage_fw(costs, n, nd, i == pp - 1)))
+        (t1, d1, o1, m1, fw1), (t2, d2, o2, m2, fw2) = pts
         slope = lambda a, b: (b - a) / v  # noqa: E731  (the two points are v layers apart)
         line = lambda a, b: (slope(a, b), a - slope(a, b) * n1)  # noqa: E731
         times.append(line(t1, t2))
         syncs.append(tuple(line(s1, s2) + line(w1, w2) for (s1, w1), (s2, w2) in zip(d1, d2)))
         opts.append(line(o1, o2))
         mems.append(line(m1, m2))
-    return StageAffine(tuple(times), tuple(syncs), tuple(opts), tuple(mems))
+        fwds.append(line(fw1[0], fw2[0]))
+        wgrads.append(line(fw1[1], fw2[1]))
+    return StageAffine(tuple(times), tuple(syncs), tuple(opts), tuple(mems), tuple(fwds), tuple(wgrads))
 
 
 def split_objective(aff: StageAffine, split: tuple[int, ...], m: int, v: int, schedule: str, C: Constants) -> float:
     """The program's objective for one split (the split-dependent part of the step time),
     evaluated with the cost model's own overlap rule."""
-    c_max, c_sum = pipeline_coefficients(m, v, schedule)
-    t = [a * n + b for (a, b), n in zip(aff.time, split)]
+    line = lambda lines: [a * n + b for (a, b), n in zip(lines, split)]  # noqa: E731
+    t, f, w = line(aff.time), line(aff.fwd), line(aff.wgrad)
     sync = [sum(overlap_exposed(sa * n + sb, wa * n + wb, C) for sa, sb, wa, wb in parts) for parts, n in zip(aff.sync, split)]
-    opt = [a * n + b for (a, b), n in zip(aff.opt, split)]
-    return c_max * max(t) + c_sum * sum(t) + max(sync) + max(opt)
+    pipe = pipeline_time(t, w, f, m, pipeline_form(schedule, m, v, len(split)))
+    return pipe + max(sync) + max(line(aff.opt))
 
 
 def sync_rows(parts, eta: float) -> list[tuple[float, float]]:
@@ -184,11 +191,12 @@ def optimal_split(
         return None  # no split meets every stage's memory limit: skip the solver
     m = par.num_microbatches(job.global_batch_size)
     eta = C.COMM_COMPUTE_OVERLAP_EFFICIENCY
-    c_max, c_sum = pipeline_coefficients(m, v, par.schedule)
+    fa, fb, fc = pipeline_form(par.schedule, m, v, pp)
     ts = 1e3  # milliseconds: coefficients near 1
     prog = Program()
-    k = [prog.var(lo, hi, cost=c_sum * ts * aff.time[i][0] * u, integer=True) for i, (lo, hi) in enumerate(kb)]
-    T = prog.var(cost=c_max)
+    k = [prog.var(lo, hi, integer=True) for lo, hi in kb]
+    T = prog.var(cost=float(m))
+    B = prog.var(lo=0.0, cost=1.0)  # the bubble, max(0, ...)
     D = prog.var(lo=0.0, cost=1.0)
     O = prog.var(lo=0.0, cost=1.0)  # noqa: E741
     prog.row(L / u, L / u, [(x, 1.0) for x in k])  # sum_i k_i = L / u
@@ -199,6 +207,23 @@ def optimal_split(
         if (aff.time[i] == aff.time[i + 1] and aff.sync[i] == aff.sync[i + 1] and aff.opt[i] == aff.opt[i + 1]
                 and aff.mem[i + 1][0] <= aff.mem[i][0] and aff.mem[i + 1][1] <= aff.mem[i][1]):
             prog.row(-INF, 0.0, [(k[i], 1.0), (k[i + 1], -1.0)])
+    # B + a T + b W + c F - sum_i (a t_i + b w_i + c f_i) >= 0, with t_i = slope u k_i + intercept
+    bubble = [(B, 1.0), (T, fa)]
+    rhs = 0.0
+    for coef, lines in ((fa, aff.time), (fb, aff.wgrad), (fc, aff.fwd)):
+        if not coef:
+            continue
+        if lines is not aff.time:
+            top = prog.var(lo=0.0)  # W or F: the maximum of w_i or f_i
+            bubble.append((top, coef))
+            for i, (a, b) in enumerate(lines):
+                prog.row(ts * b, INF, [(top, 1.0), (k[i], -ts * a * u)])
+        rhs += coef * ts * sum(b for _, b in lines)
+        bubble += [(k[i], -coef * ts * a * u) for i, (a, _) in enumerate(lines)]
+    merged: dict[int, float] = {}
+    for j, c in bubble:
+        merged[j] = merged.get(j, 0.0) + c
+    prog.row(rhs, INF, list(merged.items()))
     for i in range(pp):
         a, b = aff.time[i]
         prog.row(ts * b, INF, [(T, 1.0), (k[i], -ts * a * u)])  # T >= t_i

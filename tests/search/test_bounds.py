@@ -17,6 +17,7 @@ from planner.engines import default_etp, engine_flags, get_engine
 from planner.io.loaders import make_cluster
 from planner.search.bounds import p2p_per_stage, per_layer_time, step_lower_bound
 from planner.search.milp import INF, Program, highs_available
+from planner.cost.step import pipeline_form
 from planner.search.space import SearchOptions, candidate_tuples, to_parallel
 from planner.search.split import StageAffine, chunk_bounds, split_unit
 from planner.specs import Job, ModelSpec, MoESpec
@@ -42,26 +43,28 @@ def _model(rng: random.Random) -> ModelSpec:
                      vocab=rng.choice([1024, 32000]), moe=moe)
 
 
+@pytest.mark.parametrize("engine", [None, "megatron-zb", "torchtitan"])
 @pytest.mark.parametrize("seed", range(6))
-def test_step_lower_bound_never_exceeds_the_estimate(seed):
+def test_step_lower_bound_never_exceeds_the_estimate(seed, engine):
+    """For every schedule the engine runs (zero-bubble ones and DualPipeV included)."""
     rng = random.Random(1000 + seed)
     model = _model(rng)
     cluster = make_cluster(rng.choice(["a100-sxm4-80gb", "h100-sxm5-80gb"]), rng.choice([8, 16]))
     job = Job(seq_len=rng.choice([512, 2048]), global_batch_size=rng.choice([16, 32]), precision=rng.choice(["bf16", "fp16"]))
-    eng = get_engine(None)
-    tuples = list(candidate_tuples(model, cluster, job, SearchOptions(max_micro_batch=2, max_cp=2, max_vpp=16)))
+    eng = get_engine(engine)
+    tuples = list(candidate_tuples(model, cluster, job, SearchOptions(max_micro_batch=2, max_cp=2, max_vpp=16, engine=engine)))
     rng.shuffle(tuples)
     checked = 0
     for t in tuples[:25]:
-        tp, pp, dp, cp, ep, v, mb, rec, z = t
+        tp, pp, dp, cp, ep, v, mb, rec, z, sched = t
         par = to_parallel(t)
-        f = engine_flags(eng, cluster.gpu, tp, z)
+        f = engine_flags(eng, cluster.gpu, tp, z, None, pp)
         p2p = p2p_per_stage(model, cluster, job, (tp, cp, dp, pp, mb, v), C) if pp > 1 else 0.0
         lk = (tp, cp, ep, mb, rec, f["sequence_parallel"], f["tp_comm_overlap"], f["async_tp_allreduce"], f["attention"],
               default_etp(tp, dp, cp, ep))
         per_layer = per_layer_time(model, cluster, job, lk, C)
-        lb = step_lower_bound(model.layers, pp, v, par.num_microbatches(job.global_batch_size), per_layer, p2p, C.STEP_OVERHEAD_S,
-                              split_unit(v, eng))
+        m = par.num_microbatches(job.global_batch_size)
+        lb = step_lower_bound(model.layers, pp, v, m, per_layer, p2p, C.STEP_OVERHEAD_S, split_unit(v, eng), pipeline_form(sched, m, v, pp))
         splits = [None] if pp == 1 else list(_splits(model.layers, pp, v, split_unit(v, eng)))
         for s in rng.sample(splits, min(len(splits), 20)):
             p2 = par if s is None else dataclasses.replace(par, layers_per_stage=s)
