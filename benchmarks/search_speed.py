@@ -1,4 +1,4 @@
-"""Wall time of ``planner plan --top 10 --json`` on four large scenarios, process start included.
+"""Wall time of ``planner plan --top 10 --json`` on the default job and five large scenarios, process start included.
 
 Each scenario runs ``python -m planner plan ... --json`` as a fresh subprocess ``--repeats``
 times (default 5) and reports the median wall time; the child's CPU time (user + system)
@@ -26,6 +26,9 @@ ROOT = Path(__file__).resolve().parents[1]
 GOAL_S = 2.0
 
 SCENARIOS = [
+    ("the default job: Llama 3.1 70B, 64 x H100, seq 8192, gbs 256 (planner plan)", []),
+    ("GPT-3 175B, 512 x A100-80GB, seq 2048, gbs 1536",
+     ["--model", "gpt3-175b", "--gpu", "a100-sxm4-80gb", "--gpus", "512", "-s", "2048", "-b", "1536"]),
     ("GPT-3 175B, 1,024 x A100-80GB, seq 2048, gbs 1536",
      ["--model", "gpt3-175b", "--gpu", "a100-sxm4-80gb", "--gpus", "1024", "-s", "2048", "-b", "1536"]),
     ("GPT 1T (models/gpt-1t.yaml), 3,072 x A100-80GB, seq 2048, gbs 3072",

@@ -64,6 +64,11 @@ def group_links(cluster: ClusterSpec, par: ParallelConfig) -> dict[str, GroupLin
     return _group_links(cluster, par.tp, par.cp, par.dp, par.pp, par.ep, par.etp or par.tp)
 
 
+def degree_links(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int, ep: int = 1, etp: int | None = None) -> dict[str, GroupLinks]:
+    """:func:`group_links` from the degrees alone."""
+    return _group_links(cluster, tp, cp, dp, pp, ep, etp or tp)
+
+
 @lru_cache(maxsize=65536)
 def _group_links(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int, ep: int, etp: int) -> dict[str, GroupLinks]:
     intra, inter = cluster_levels(cluster)

@@ -66,9 +66,11 @@ def estimate(
 
 
 def price(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, lps: tuple[int, ...], eng: Engine,
-          C: Constants, filled: tuple[str, ...] = ()) -> Estimate:
+          C: Constants, filled: tuple[str, ...] = (), memory: bool = True) -> Estimate:
     """The prediction of a resolved, checked configuration with the layer split ``lps`` (what
-    :func:`estimate` and the search call; use :func:`estimate`)."""
+    :func:`estimate` and the search call; use :func:`estimate`). ``memory=False``: the time
+    terms only (no stage memory, peak 0), for the search's check that a candidate cannot enter
+    the top K whatever its memory."""
     gpu = cluster.gpu
     prec = job.precision
     s, tp, pp, v = job.seq_len, par.tp, par.pp, par.vpp
@@ -126,8 +128,8 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig,
         notes.append(f"fp8: MFU is over the dense BF16 peak; over the FP8 peak it is {100 * model_flops / (step * n * gpu.peak('fp8')):.1f}% (attention, router, output layer stay BF16)")
 
     # --- memory ---------------------------------------------------------------------------------
-    stages = [stage_memory(model, job, par, i, n_i, stage_params[i], m, C, eng) for i, n_i in enumerate(lps)]
-    peak_mem = max(st.total_bytes for st in stages)
+    stages = [stage_memory(model, job, par, i, n_i, stage_params[i], m, C, eng) for i, n_i in enumerate(lps)] if memory else []
+    peak_mem = max(st.total_bytes for st in stages) if memory else 0.0
     cap = gpu.memory_bytes
 
     breakdown = {

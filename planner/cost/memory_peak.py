@@ -18,7 +18,6 @@ context, NCCL, Transformer Engine userbuffers) is added for feasibility.
 
 from __future__ import annotations
 
-import numpy as np
 
 from functools import lru_cache
 from types import SimpleNamespace
@@ -67,6 +66,8 @@ _ENGINES: dict = {}
 @lru_cache(maxsize=65536)
 def _stage_peak(model: ModelSpec, job: Job, key: tuple, stage: int, n: int, params_items: tuple, m: int, C: Constants,
                 ek: tuple, moe_load: float) -> M.StageMemory:
+    import numpy as np  # noqa: PLC0415  (numpy on first use: CLI start-up)
+
     engine = _ENGINES[ek]
     par = SimpleNamespace(**dict(zip(_PAR_FIELDS, key)))
     params = dict(params_items)

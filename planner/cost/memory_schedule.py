@@ -37,7 +37,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-import numpy as np
 
 __all__ = ["Moment", "MomentTable", "moment_table", "moments", "rank_ops", "steady_microbatches"]
 
@@ -172,8 +171,12 @@ def moment_table(schedule: str, rank: int, pp: int, v: int, m: int, split_backwa
                  track_done: bool = True) -> MomentTable:
     """The moments of rank ``rank`` (module doc) in step order. ``split_backward``: B passes keep
     what W needs (Zero Bubble); otherwise B frees it all. ``track_done``: whether gradients appear
-    at a chunk's first backward (otherwise the done-sets are not told apart). Moments another
-    covers are dropped (:func:`_undominated`); the table is read-only."""
+    at a chunk's first backward (otherwise the done-sets are not told apart). Equal moments are
+    kept once (the first); the table is read-only. Dropping the moments
+    another covers would not change a peak, and costs more than it saves: a table is priced
+    once per stage a search prices, with one matrix-vector product."""
+    import numpy as np  # noqa: PLC0415  (numpy on first use: CLI start-up)
+
     m_walk = steady_microbatches(schedule, pp, m)
     ops, warm = rank_ops(schedule, rank, pp, v, m_walk)
     held, pending, done = [0] * v, [0] * v, [0] * v
@@ -199,7 +202,7 @@ def moment_table(schedule: str, rank: int, pp: int, v: int, m: int, split_backwa
             done[c] = 1
             if zb:
                 pending[c] += 1
-    items = _undominated(sorted(rows.items(), key=lambda kv: kv[1][2]))
+    items = sorted(rows.items(), key=lambda kv: kv[1][2])
     arr = lambda j: np.array([it[0][j] for it in items], dtype=np.int64)  # noqa: E731
     t = MomentTable(is_b=np.array([it[0][0] for it in items], dtype=bool), chunk=arr(1),
                     mb=np.array([it[1][0] for it in items]), index=np.array([it[1][1] for it in items]),
@@ -214,31 +217,6 @@ def moment_table(schedule: str, rank: int, pp: int, v: int, m: int, split_backwa
     for a in (t.is_b, t.chunk, t.mb, t.index, t.step, t.held, t.pending, t.done, t.hpd, t.group):
         a.setflags(write=False)
     return t
-
-
-def _undominated(items: list) -> list:
-    """Drop a moment another of the same kind, chunk and done-set covers (no count higher; on
-    equal counts the earlier stays): with non-negative coefficients it is never the peak."""
-    groups: dict = {}
-    v = len(items[0][0][2]) if items else 1
-    for pos, it in enumerate(items):
-        (is_b, c, held, pend, done), _ = it
-        # a forward differs only on the last chunk (the loss); a backward's transient is the same
-        # on every chunk but the first (possibly empty) and the last (the loss)
-        cls = 2 if c == v - 1 else (1 if c == 0 else 0)
-        groups.setdefault((is_b, cls if is_b else cls == 2, done), []).append(pos)
-    keep = []
-    for pos_list in groups.values():
-        if len(pos_list) > 256:  # large walks are priced as they are (pruning would cost more than it saves)
-            keep += pos_list
-            continue
-        h = np.array([items[p][0][2] + items[p][0][3] for p in pos_list], dtype=float)
-        ge = (h[None, :, :] >= h[:, None, :]).all(axis=2)  # ge[i, j]: row j covers row i
-        eq = (h[None, :, :] == h[:, None, :]).all(axis=2)
-        order = np.arange(len(pos_list))
-        covered = ge & ~(eq & (order[None, :] > order[:, None])) & (order[None, :] != order[:, None])
-        keep += [pos_list[i] for i in range(len(pos_list)) if not covered[i].any()]
-    return [items[p] for p in sorted(keep)]
 
 
 def moments(schedule: str, rank: int, pp: int, v: int, m: int, split_backward: bool = False) -> tuple[Moment, ...]:

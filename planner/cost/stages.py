@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from planner.cost import memory as M
-from planner.cost.comm import (GroupLinks, alltoall_time, cp_ring_exposed, cp_ring_time, group_links,
+from planner.cost.comm import (GroupLinks, alltoall_time, cp_ring_exposed, cp_ring_time, degree_links, group_links,
                                moe_dispatch_bytes, p2p_time, tp_allreduce_time)
 from planner.cost.compute import layer_kernels, layer_times, logits_times, moe_load_factor
 from planner.cost.constants import Constants
@@ -21,7 +21,7 @@ from planner.cost.memory_peak import stage_peak
 from planner.engines.profile import Engine
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
-__all__ = ["layer_costs", "stage_time_parts", "dense_in", "dense_counts", "stage_memory", "stage_sync", "overlap_exposed",
+__all__ = ["p2p_send_time", "layer_costs", "stage_time_parts", "dense_in", "dense_counts", "stage_memory", "stage_sync", "overlap_exposed",
            "embedding_sync_time", "StageSync", "host_exposed", "stage_fw"]
 
 
@@ -32,6 +32,12 @@ def _per_rank_links(g: GroupLinks, cluster: ClusterSpec) -> GroupLinks:
     if g.m > 1 and not (g.k > 1 and cluster.nvlink_domain > cluster.gpus_per_node):
         return GroupLinks(g.size, 1, g.size, g.intra, g.inter)
     return g
+
+
+def p2p_send_time(model: ModelSpec, cluster: ClusterSpec, job: Job, tp: int, pp: int, dp: int, cp: int, mb: int) -> float:
+    """Seconds of one pipeline send/recv of a micro-batch's hidden state between adjacent stages
+    (16-bit, b s h / (cp tp) elements: each tensor rank sends its shard)."""
+    return p2p_time(degree_links(cluster, tp, cp, dp, pp)["pp"], mb * job.seq_len / cp * model.hidden * 2 / tp)
 
 
 def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, C: Constants) -> tuple:
@@ -103,7 +109,7 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
         around. The weight-gradient GEMMs are half the backward GEMM time (the data- and
         weight-gradient GEMMs of each linear layer have equal FLOPs; Qi et al. 2024 sec. 2)."""
         return lt.fwd_s + tp_fwd + cp_fwd + (a2a_f if moe else 0.0), lt.bwd_gemm_s / 2
-    t_p2p = p2p_time(links["pp"], act_bytes / tp)
+    t_p2p = p2p_send_time(model, cluster, job, tp, pp, dp, cp, mb)
     raw = {"t_tp": t_tp, "t_cp": t_cp_f, "t_a2a": t_a2a, "t_p2p": t_p2p, "bwd_dense_s": lt_d.bwd_s, "fwd_dense_s": lt_d.fwd_s,
            "tp_fwd_exposed_s": tp_fwd, "tp_bwd_exposed_s": tp_bwd, "fw_dense": fw(lt_d, False), "fw_moe": fw(lt_m, True),
            "fw_last": (lg_f, 0.0)}

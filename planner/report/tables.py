@@ -129,7 +129,9 @@ def search_line(result) -> str:
         split = f"{plural(ruled, 'layer split')} ruled out by memory before solving; the rest split evenly"
     else:
         split = "no layer split to choose (even splits)"
-    return wrap(f"{result.candidates:,} candidates, {result.evaluated:,} priced exactly; {split}; {result.seconds:.2f} s")
+    pruned = getattr(stats, "memory_pruned", 0)
+    bound = f", {pruned:,} ruled out by a memory bound" if pruned else ""
+    return wrap(f"{result.candidates:,} candidates{bound}, {result.evaluated:,} priced exactly; {split}; {result.seconds:.2f} s")
 
 
 def plans_view(plans: list, title: str) -> Group:

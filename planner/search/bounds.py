@@ -6,23 +6,25 @@ from __future__ import annotations
 
 from planner.cost.constants import Constants
 from planner.cost.result import Estimate
-from planner.cost.stages import layer_costs, stage_time_parts
+from planner.cost.stages import layer_costs, p2p_send_time, stage_time_parts
 from planner.cost.step import pipeline_form
 from planner.cost.flops import embedding_params, layer_params
-from planner.cost.memory import bytes_per_param, state_bytes_per_param
+from planner.cost.memory import activation_bytes_per_layer, bytes_per_param, state_bytes_per_param
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
-__all__ = ["SPLIT_MIN_GAIN", "states_bound_fn", "per_layer_time", "p2p_per_stage", "step_lower_bound", "split_may_help"]
+__all__ = ["SPLIT_MIN_GAIN", "split_gain", "only_split", "states_bound_fn", "memory_bound_fn", "in_flight_lower_bound", "per_layer_time", "p2p_per_stage", "step_lower_bound", "split_may_help"]
 
 # An uneven split is sought only when it could shorten the step by more than this fraction
 # (or when the even split does not fit): smaller gains are below the model's resolution.
 SPLIT_MIN_GAIN = 0.002
 
 
-def states_bound_fn(model: ModelSpec, precision: str, C: Constants, min_first: int = 1, grad_reduce: str = "auto", engine=None):
+def states_bound_fn(model: ModelSpec, precision: str, C: Constants, min_first: int = 1, grad_reduce: str = "auto", engine=None,
+                    parts: bool = False):
     """A fast function (tp, pp, dp, cp, ep, zero) -> model-state bytes per GPU on the most loaded
     stage, ignoring activations (a lower bound of the peak memory). ``engine``: its model-state
-    recipe (planner.cost.memory.state_bytes_per_param: what every moment of its step holds)."""
+    recipe (planner.cost.memory.state_bytes_per_param: what every moment of its step holds).
+    ``parts``: return (bytes per layer, bytes of the embedding on the first stage) instead."""
     # With dense first layers (DeepSeek-V3) a stage may hold either kind, so each layer is
     # counted at the cheaper of the two: the bound stays a lower bound for any split.
     kinds = [layer_params(model, moe_layer=False)]
@@ -48,6 +50,8 @@ def states_bound_fn(model: ModelSpec, precision: str, C: Constants, min_first: i
         b, be = bpp(zero, shard), bpp(zero, max(1, shard // ep))
         per = min(((k["attention"] + k["mlp"]) / tp + k["norms"]) * b + k["experts"] / (tp * ep) * be for k in kinds)
         emb = emb_full / tp
+        if parts:
+            return per, emb * b * (1 if (pp > 1 or model.tied_embeddings) else 2)
         layers = -(-model.layers // pp)  # some stage holds at least this many layers
         if pp == 1:
             return layers * per + emb * (1 if model.tied_embeddings else 2) * b
@@ -56,6 +60,84 @@ def states_bound_fn(model: ModelSpec, precision: str, C: Constants, min_first: i
         return max(layers * per, min_first * per + emb * b)
 
     return bound
+
+
+def in_flight_lower_bound(schedule: str, stage: int, pp: int, m: int) -> int:
+    """Micro-batches of all its layers' activations that stage ``stage`` holds at some moment of
+    its step, at least: 1F1B's ``min(m, pp - stage)`` after its warm-up (Narayanan et al. 2021
+    sec. 2.2.1), also for interleaved 1F1B (each chunk holds that many at the rank's first
+    backward: ``(v - 1) pp + 2 (pp - stage - 1) + 1`` chunk forwards run, chunk by chunk) and
+    for ZB-H1/H2 (more warm-up forwards, weight gradients held longer); GPipe holds all m; the
+    V-shaped schedules at least one micro-batch (both chunks of micro-batch 0 before its first
+    backward)."""
+    if schedule == "gpipe":
+        return m
+    if schedule in ("zb-v", "dualpipe"):
+        return 1
+    return max(1, min(m, pp - stage))
+
+
+def memory_bound_fn(model: ModelSpec, job: Job, C: Constants, engine, capacity_bytes: float):
+    """A fast test, for one candidate, that no layer split can fit in ``capacity_bytes``.
+
+    Every stage i of n_i layers needs at least the framework's device memory, its model states
+    (per layer the cheaper layer kind's, the embedding on stage 0: :func:`states_bound_fn`'s
+    terms) and ``in_flight_lower_bound`` micro-batches of its layers' saved activations
+    (:func:`planner.cost.memory.activation_bytes_per_layer` of the cheaper layer kind, less one
+    hidden-state tensor a chunk where the engine counts it as a pipeline receive buffer), and on
+    the last rank the loss's held logits of those micro-batches; the bytes allocated and freed
+    within the step carry the caching allocator's reserve: mem_i >= r_i + n_i (p + (1 + f) k_i a). A split fits only if every stage's n_i <= (cap - r_i) /
+    (p + k_i a) (in whole units of layers, at least the engine's fewest a stage,
+    :func:`planner.engines.least_layers`) and those maxima add up to the model's layers.
+    Returns ``may_fit(tp, pp, dp, cp, ep, v, mb, recompute, zero, schedule, sp, flash, unit)``."""
+    import numpy as np  # noqa: PLC0415  (numpy is imported only where used: CLI start-up)
+
+    mem = engine.memory
+    states = states_bound_fn(model, job.precision, C, grad_reduce=job.grad_reduce, engine=engine, parts=True)
+    kinds = [False] if model.moe is None or not model.moe_layers else ([True] if model.moe_layers == model.layers else [False, True])
+    L, s, h = model.layers, job.seq_len, model.hidden
+    kw = dict(C=C, dropout=mem.dropout, rope_copies=mem.rope_copies, selective=mem.selective, fp8_saved_bytes=mem.fp8_saved_input_bytes)
+    outer_short = engine.uneven_interleaving and engine.embedding_in_split  # least_layers: v - 1 on the outer ranks
+    # What the caching allocator reserves beside what is allocated and freed within the step
+    # (planner.cost.memory_peak): activations and held logits count (1 + reserve) times.
+    grow = 1.0 + (C.ALLOCATOR_RESERVE_FRACTION if mem.reserve_fraction is None else mem.reserve_fraction)
+    logits = mem.loss_held  # bytes per held logit (the loss's saved softmax)
+    acts: dict = {}
+    in_flight: dict = {}
+
+    def may_fit(tp, pp, dp, cp, ep, v, mb, rec, zero, schedule, sp, flash, unit) -> bool:
+        per, emb = states(tp, pp, dp, cp, ep, zero)
+        spx = bool(sp and tp > 1)
+        ak = (tp, cp, spx, mb, rec, flash)
+        a = acts.get(ak)
+        if a is None:
+            a = acts[ak] = min(activation_bytes_per_layer(model, mb, s, tp, cp, spx, rec, flash, k, job.precision, 1.0,
+                                                          gathered_inputs=mem.output_input_gathered and spx, **kw) for k in kinds)
+        x = 2.0 * mb * s / cp * h / (tp if spx else 1) if (mem.pp_recv_buffers and pp > 1) else 0.0
+        m = job.global_batch_size // (mb * dp)
+        room0 = capacity_bytes - C.FRAMEWORK_BUFFER_BYTES
+        k0 = in_flight_lower_bound(schedule if pp > 1 else "1f1b", 0, pp, m)
+        if L * (per + grow * k0 * a) <= room0 - emb + grow * k0 * v * x:
+            return True  # the fullest stage could hold every layer: any split's stages can
+        if pp == 1:
+            return False
+        kk = (schedule, pp, m)
+        ks = in_flight.get(kk)
+        if ks is None:
+            ks = in_flight[kk] = np.array([in_flight_lower_bound(schedule, i, pp, m) for i in range(pp)], dtype=float)
+        room = room0 + grow * ks * v * x
+        room[0] -= emb
+        if schedule not in ("zb-v", "dualpipe"):
+            room[-1] -= grow * ks[-1] * logits * mb * s / cp * model.vocab / tp  # the loss's held logits, last rank
+        if room.min() < 0:
+            return False
+        n_max = np.minimum(L, unit * np.floor(room / (per + grow * ks * a) / unit * (1 + 1e-12)))
+        least = np.full(pp, v)
+        if v > 1 and outer_short:
+            least[0] = least[-1] = v - 1
+        return bool((n_max >= least).all() and n_max.sum() >= L)
+
+    return may_fit
 
 
 def per_layer_time(model: ModelSpec, cluster: ClusterSpec, job: Job, lk: tuple, C: Constants) -> tuple[float, float]:
@@ -79,9 +161,7 @@ def per_layer_time(model: ModelSpec, cluster: ClusterSpec, job: Job, lk: tuple, 
 def p2p_per_stage(model: ModelSpec, cluster: ClusterSpec, job: Job, pk: tuple, C: Constants) -> float:
     """Seconds of pipeline send/recv one stage pays per micro-batch (all its virtual stages)."""
     tp, cp, dp, pp, mb, v = pk
-    par = ParallelConfig(tp=tp, cp=cp, dp=dp, pp=pp, vpp=v, micro_batch_size=mb, recompute="none", sequence_parallel=False,
-                         tp_comm_overlap=False, async_tp_allreduce=False, attention="unfused")
-    return layer_costs(model, cluster, job, par, C)[3]
+    return 2 * v * p2p_send_time(model, cluster, job, tp, pp, dp, cp, mb) if pp > 1 else 0.0
 
 
 def step_lower_bound(layers: int, pp: int, v: int, m: int, per_layer: tuple[float, float], p2p_s: float, overhead_s: float,
@@ -107,39 +187,49 @@ def step_lower_bound(layers: int, pp: int, v: int, m: int, per_layer: tuple[floa
     return (m - a) * max(total / pp, fullest) + a * total + overhead_s
 
 
-def split_may_help(est: Estimate, par: ParallelConfig, job: Job, cap: float, kth: list, top_k: int, unit: int | None = None) -> bool:
-    """Whether an uneven layer split could make this candidate fit or enter the top K.
+def split_gain(est: Estimate, par: ParallelConfig, unit: int | None = None, r: float | None = None) -> float:
+    """The most any other layer split of this candidate could take off its step time.
 
-    The sum of stage times is the same for every split, so no split's step time is below
-    (m - 1/v) * mean(t_i) + sum(t_i)/v + the split-independent terms; the bound below also
-    credits the largest possible fall of the data-parallel and optimizer terms.
-    """
-    if par.vpp * par.pp == sum(est.layers_per_stage) or len(set(est.layers_per_stage)) == 1 and est.layers_per_stage[0] == par.vpp:
-        return False  # one layer chunk per virtual stage: no other split exists
+    The sum of stage times is the same for every split. Any other split moves at least one unit
+    of layers (a chunk of v, or one layer where the engine takes uneven chunks) onto some stage,
+    which then runs at least t_light + unit * a (a: time per layer), unless the bottleneck keeps
+    all its layers: the slowest stage falls to t_lb at best. The data-parallel and optimizer
+    terms grow with the parameters of the largest stage, which no split brings below the mean
+    (r = mean/max of the stages' parameters and layers; ``r=0`` where the stages' memory was
+    not priced); both are convex and increasing in that stage's size, so each falls by at most
+    (1 - r) times its full, unexposed time (tangent bound)."""
     t = est.stage_times_s
     m, v = est.num_microbatches, par.vpp
     lps = est.layers_per_stage
-    # Any other split moves at least one unit of layers (a chunk of v, or one layer where the
-    # engine takes uneven chunks) onto some stage, which then runs at least t_light + unit * a
-    # (a: time per layer), unless the bottleneck keeps all its layers.
     light = min(range(len(t)), key=t.__getitem__)
     pp_comm = est.time_breakdown_s["pp_comm_exposed_s"] / max(1, m)
     a = max(0.0, t[light] - pp_comm) / max(1, lps[light])
     u = v if unit is None else unit
     t_lb = max(sum(t) / len(t), min(max(t), t[light] + u * a))
-    # The data-parallel and optimizer terms grow with the parameters of the largest stage, which
-    # no split brings below the mean (r = mean/max of the stages' parameters and layers). Both
-    # are convex and increasing in that stage's size, so each falls by at most (1 - r) times its
-    # full, unexposed time (tangent bound).
-    w = [st.weights_bytes for st in est.stages]
-    r = min((sum(w) / len(w)) / max(w) if max(w) > 0 else 1.0, (sum(lps) / len(lps)) / max(lps))
+    if r is None:
+        w = [st.weights_bytes for st in est.stages]
+        r = min((sum(w) / len(w)) / max(w) if max(w) > 0 else 1.0, (sum(lps) / len(lps)) / max(lps))
     dp_total = next((c["time_s"] for c in est.comm if c["kind"] == "dp"), 0.0)
     # The pipeline term: (m - a)(T - t_lb) where the bubble is a (sum t - T) (1F1B, interleaved);
     # where it also falls with the weight-gradient and forward parts (zero-bubble schedules,
     # DualPipeV), m (T - t_lb) plus the whole bubble.
-    a, b, c = pipeline_form(par.schedule, m, v, par.pp)
-    pipe_gain = (m - a) * (max(t) - t_lb) if not (b or c) else m * (max(t) - t_lb) + est.time_breakdown_s["bubble_s"]
-    gain = pipe_gain + (1 - r) * (dp_total + est.time_breakdown_s["optimizer_s"])
+    fa, fb, fc = pipeline_form(par.schedule, m, v, par.pp)
+    pipe_gain = (m - fa) * (max(t) - t_lb) if not (fb or fc) else m * (max(t) - t_lb) + est.time_breakdown_s["bubble_s"]
+    return pipe_gain + (1 - r) * (dp_total + est.time_breakdown_s["optimizer_s"])
+
+
+def only_split(est: Estimate, par: ParallelConfig) -> bool:
+    """One layer chunk per virtual stage: no other split exists."""
+    lps = est.layers_per_stage
+    return par.vpp * par.pp == sum(lps) or (len(set(lps)) == 1 and lps[0] == par.vpp)
+
+
+def split_may_help(est: Estimate, par: ParallelConfig, job: Job, cap: float, kth: list, top_k: int, unit: int | None = None) -> bool:
+    """Whether an uneven layer split could make this candidate fit or enter the top K
+    (:func:`split_gain`)."""
+    if only_split(est, par):
+        return False
+    gain = split_gain(est, par, unit)
     if est.fits and gain <= SPLIT_MIN_GAIN * est.step_time_s:
         return False
     return len(kth) < top_k or est.step_time_s - gain < -kth[0]

@@ -38,7 +38,8 @@ from planner.cost.estimate import Estimate, price
 from planner.cost.rules import check_precision
 from planner.engines import default_etp, default_split, engine_flags, get_engine
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
-from planner.search.bounds import SPLIT_MIN_GAIN, p2p_per_stage, per_layer_time, split_may_help, states_bound_fn, step_lower_bound  # noqa: F401
+from planner.search.bounds import (SPLIT_MIN_GAIN, memory_bound_fn, only_split, p2p_per_stage, per_layer_time,  # noqa: F401
+                                   split_gain, split_may_help, states_bound_fn, step_lower_bound)
 from planner.search.milp import SolveStats
 from planner.search.rules import check_fixed, explain_no_candidates
 from planner.cost.step import pipeline_form
@@ -144,6 +145,8 @@ class PlanResult:
             "evaluated": self.evaluated,
             "split_programs_solved": self.stats.programs,
             "split_programs_ruled_out": self.stats.ruled_out,
+            "memory_pruned": self.stats.memory_pruned,
+            "time_pruned": self.stats.time_pruned,
             "seconds": self.seconds,
             "engine": self.engine,
             "notes": list(self.notes),
@@ -234,6 +237,7 @@ def plan(
     per_layer_cache: dict = {}
     p2p_cache: dict = {}
     states_cache: dict = {}
+    may_fit = memory_bound_fn(model, job, C, eng, cap)
     bounded = []
     for i, t in enumerate(pool):
         if i % 256 == 0 and time.perf_counter() > deadline:
@@ -244,8 +248,11 @@ def plan(
         if states is None:
             states = states_cache[sk] = states_of(*sk)
         if states > cap:
-            if nearest is None or states < nearest[0]:
-                nearest = (states, None, to_parallel(t, fixed))
+            # unpriced misses rank by their model states, then the least activation memory
+            # (full recompute, the smallest micro-batch): the one _no_fit prices
+            nk = (states, -_REC[rec], mb)
+            if nearest is None or nk < nearest[0]:
+                nearest = (nk, None, to_parallel(t, fixed))
             continue
         fk = (tp, z, pp > 1)
         if fk not in flag_cache:
@@ -273,13 +280,29 @@ def plan(
         if time.perf_counter() > deadline:
             raise _timed_out(limit, found, len(pool), evaluated, t0, eng.name, stats, "ranking", top_k)
         tp, pp, dp, cp, ep, v, mb, rec, z, sched = t
-        par = to_parallel(t, fixed).replace(**flag_cache[(tp, z, pp > 1)])
+        f = flag_cache[(tp, z, pp > 1)]
+        if not may_fit(tp, pp, dp, cp, ep, v, mb, rec, z, sched, f["sequence_parallel"], f["attention"] == "flash", split_unit(v, eng)):
+            stats.memory_pruned += 1  # no layer split fits (model states and in-flight activations alone)
+            nk = (states_cache[(tp, pp, dp, cp, ep, z)], -_REC[rec], mb)
+            if nearest is None or (nearest[1] is None and nk < nearest[0]):
+                nearest = (nk, None, to_parallel(t, fixed))
+            continue
+        par = to_parallel(t, fixed).replace(**f)
         if par.etp is None:
             par = par.replace(etp=default_etp(tp, dp, cp, ep))
         evaluated += 1
         lps = lps_fixed or default_split(model, pp, v, eng)
+        may_split = par.pp > 1 and opts.uneven_split and lps_fixed is None
+        if len(kth) >= top_k:
+            # With K plans found, a candidate slower than the K-th under every split cannot
+            # enter, whatever its memory: its time alone decides (the memory model is the costly part).
+            quick = price(model, cluster, job, par, lps, eng, C, memory=False)
+            gain = split_gain(quick, par, split_unit(v, eng), r=0.0) if may_split and not only_split(quick, par) else 0.0
+            if quick.step_time_s - gain > -kth[0]:
+                stats.time_pruned += 1
+                continue
         est = price(model, cluster, job, par, lps, eng, C)
-        if par.pp > 1 and opts.uneven_split and lps_fixed is None and split_may_help(est, par, job, cap, kth, top_k, split_unit(v, eng)):
+        if may_split and split_may_help(est, par, job, cap, kth, top_k, split_unit(v, eng)):
             split = optimal_split(model, cluster, job, par, cap, C, eng, time_limit_s=max(0.01, deadline - time.perf_counter()), stats=stats)
             if split is not None and split != est.layers_per_stage:
                 est2 = price(model, cluster, job, par, split, eng, C)
