@@ -61,6 +61,16 @@ def _rules() -> dict:
 ENGINE_RULES = _rules
 
 
+def run_model_fields(run_id: str) -> dict:
+    """Model fields the runs file cannot hold but its notes state, from the first rule of
+    ``run_engines.yaml`` that matches the run and carries a ``model`` block (its ``model_why``
+    says where the notes say so)."""
+    for rule in _rules()["rules"]:
+        if run_id.startswith(rule["id_prefix"]) and "model" in rule:
+            return dict(rule["model"])
+    return {}
+
+
 def run_engine(run_id: str) -> tuple[str, str]:
     """(engine, why) of a published run, from ``run_engines.yaml`` (first matching rule)."""
     r = _rules()

@@ -16,9 +16,10 @@ listed with its one-line reason and counted; the others are still scored.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-from planner.calibration.datasets import run_engine
+from planner.calibration.datasets import run_engine, run_model_fields
 from planner.cost.constants import DEFAULT_CONSTANTS
 from planner.cost.estimate import Estimate, estimate
 from planner.errors import InputError, NoFeasiblePlan
@@ -175,6 +176,9 @@ def fill_and_predict(run: Run, opts: SearchOptions | None = None, median: bool =
     InputError when the run's engine does not run its configuration.
     """
     engine = (opts.engine if opts is not None and opts.engine is not None else run_engine(run.id)[0])
+    over = run_model_fields(run.id)
+    if over:
+        run = Run(run.id, dataclasses.replace(run.model, **over), run.job, run.cluster, run.parallel, run.measured, run.raw)
     fixed = fixed_fields(run.parallel, (run.raw or {}).get("notes"))
     base = opts or SearchOptions()
     margin = base.memory_margin if base.memory_margin is not None else FILL_MEMORY_MARGIN

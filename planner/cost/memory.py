@@ -45,6 +45,7 @@ __all__ = [
     "state_bytes_per_param",
     "grad_dtype",
     "activation_bytes_per_layer",
+    "has_dropout",
     "sac_op_bytes_per_layer",
     "weight_grad_kept_bytes_per_layer",
     "inflight_microbatches",
@@ -116,7 +117,9 @@ def state_bytes_per_param(precision: str, zero: int, shard: int, grad_reduce: st
     return out
 
 
-def _dropout(model: ModelSpec, dropout: str | bool | None) -> bool:
+def has_dropout(model: ModelSpec, dropout: str | bool | None) -> bool:
+    """Whether the layers train with dropout under an engine's rule (``always``, ``never``,
+    ``model``: GPT-era models with biases do, Llama-era models do not)."""
     if isinstance(dropout, bool):
         return dropout
     if dropout == "always":
@@ -174,7 +177,7 @@ def activation_bytes_per_layer(
         return s * b * sac_op_bytes_per_layer(model, tp, moe_layer, moe_load)
     lin = (C.FP8_ACTIVATION_BYTES if fp8_saved_bytes is None else fp8_saved_bytes) if precision == "fp8" else 2.0
     qw, kvw = attn_proj_dims(model)
-    drop = _dropout(model, dropout)
+    drop = has_dropout(model, dropout)
     a_loc = model.heads / tp
     sbh = s * b * h
     g = 1.0 if gathered_inputs else u  # the column-parallel inputs (QKV, fc1) as saved

@@ -154,7 +154,7 @@ def _stage_peak(model: ModelSpec, job: Job, key: tuple, stage: int, n: int, para
         layer_tr += 2.0 * T * cp * kv_w / tp + 4.0 * T * (q_w + kv_w) / tp + 2 * 4.0 * T * kv_w / tp
     zb = par.schedule in ("zb-h1", "zb-h2") and pp > 1
     w_layer = M.weight_grad_kept_bytes_per_layer(model, mb, s, tp, cp, sp, prec, C) if zb else 0.0
-    drop = M._dropout(model, mem.dropout)
+    drop = M.has_dropout(model, mem.dropout)
     loss_extra = max(0.0, (mem.loss_peak_tp if tp > 1 else mem.loss_peak) - mem.loss_held) * E
     # per chunk c (virtual stage g = c pp + stage), as arrays
     kk = np.asarray(chunks, dtype=float)

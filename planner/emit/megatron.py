@@ -13,7 +13,9 @@ with a pipeline.
 from __future__ import annotations
 
 from planner.cost.memory import grad_dtype
+from planner.cost.memory import has_dropout
 from planner.emit.common import LaunchSpec, PlanView, chunk_sizes, comment, for_engine, provenance_lines, render_torchrun
+from planner.engines import get_engine
 from planner.errors import InputError
 
 __all__ = ["pipeline_layout", "pipeline_args", "MEGATRON_ENGINE", "MEGATRON_TARGET", "MEGATRON_SCRIPT", "USER_BLOCK", "megatron_args",
@@ -80,6 +82,11 @@ def _model_args(v: PlanView) -> list[str]:
         a.append("--disable-bias-linear")
     if not m.tied_embeddings:
         a.append("--untie-embeddings-and-output-weights")  # Megatron ties by default
+    if not has_dropout(m, get_engine(MEGATRON_ENGINE).memory.dropout):
+        # Megatron's default dropout is 0.1 (ARGS --attention-dropout / --hidden-dropout); Llama-era
+        # models train without it (examples/llama/train_llama3_8b_h100_fp8.sh; NeMo recipes), and
+        # the memory the plan was priced with holds no dropout masks for them.
+        a += ["--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
     return [str(x) for x in a]
 
 
@@ -142,8 +149,8 @@ def pipeline_args(v: PlanView) -> list[str]:
     middle = stages[1:-1]
     first_last = len(set(middle)) <= 1 and (not middle or middle[0] > 0) and (vpp == 1 or even_chunks)
     a: list[object] = []
-    if not v.uneven:
-        if vpp > 1:
+    if not v.uneven and even_chunks:
+        if vpp > 1:  # equal chunks only: N = 6 for 20-layer stages is refused (ARGS:957-975)
             a += ["--num-layers-per-virtual-pipeline-stage", stages[0] // vpp]
     elif vpp > 1 and not even_chunks and _account_split(stages, vpp):
         # Llama 3.1 405B on pp 8 x vpp 8: (15, 16 x 6, 15); TC:2370-2415 checks (L+2) % (pp*vpp).

@@ -95,6 +95,8 @@ def engine_flags(engine: Engine, gpu: GpuSpec, tp: int, zero: int, given: dict |
            "tp_comm_overlap": g.get("tp_comm_overlap", bool(engine.tp_comm_overlap and sp and tp > 1)),
            "async_tp_allreduce": g.get("async_tp_allreduce", engine.async_tp_allreduce),
            "overlap_grad_reduce": g.get("overlap_grad_reduce", engine.overlap_grad_reduce)}
+    if "overlap_grad_reduce" not in g and zero in engine.zero_stages and engine.mode(zero, pp).overlap_grad_reduce is False:
+        out["overlap_grad_reduce"] = False  # the mode reduces after the backward (e.g. DeepSpeed without ZeRO)
     gathers_once = zero >= 1 and zero in engine.zero_stages and engine.mode(zero, pp).param_gather == "step"
     out["overlap_param_gather"] = g.get("overlap_param_gather", bool(engine.overlap_param_gather and gathers_once and out["overlap_grad_reduce"]))
     return out

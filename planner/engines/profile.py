@@ -54,6 +54,7 @@ class Sharding:
     with_pp: bool = True
     source: str = ""
     grad_collective: str = "reducescatter"  # allreduce: DeepSpeed ZeRO-2 all-reduces each bucket by default
+    overlap_grad_reduce: bool | None = None  # None: the engine's feature; False: this mode reduces after the backward
     pp: "Sharding | None" = None  # how the mode runs under pipeline parallelism, where that differs
 
     def __post_init__(self) -> None:
@@ -198,6 +199,7 @@ def _from_dict(d: dict, where: str) -> Engine:
         return Sharding(zero=z, name=str(s["name"]), grad_sync=s["grad_sync"], param_gather=s["param_gather"],
                         reshard_after_forward=bool(s.get("reshard_after_forward", True)), with_pp=bool(s.get("with_pp", True)),
                         source=str(s.get("source", "")), grad_collective=str(s.get("grad_collective", "reducescatter")),
+                        overlap_grad_reduce=s.get("overlap_grad_reduce"),
                         pp=sharding(z, pp, {k: v for k, v in s.items() if k != "pp"}) if isinstance(pp, dict) else None)
 
     shard = [sharding(int(z), s) for z, s in sorted((d.get("sharding") or {}).items())]

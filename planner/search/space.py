@@ -155,7 +155,8 @@ def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: Sea
             # ep | dp x cp (expert tensor parallelism = tp), or ep | tp x dp x cp with etp = 1
             eps = [e for e in divisors(model.moe.experts) if (tp * dp * cp) % e == 0]
         eps = _pick(fx, "ep", eps)
-        zeros = _pick(fx, "zero", [z for z in zeros_all if pp == 1 or eng.mode(z).with_pp])
+        # a fixed stage too: the engine may not run it with a pipeline (DeepSpeed ZeRO-2/3)
+        zeros = [z for z in _pick(fx, "zero", zeros_all) if z in eng.zero_stages and (pp == 1 or eng.mode(z).with_pp)]
         if pp == 1:
             vpps = [1]
         else:

@@ -133,8 +133,9 @@ def test_tp_stays_in_domain_by_default():
     ("megatron-core", {(0, False, True), (1, True, True), (2, True, True), (3, False, True)}),
     # 2021 Megatron-LM: DDP only, reduced after the last backward.
     ("megatron-legacy", {(0, False, False)}),
-    # DeepSpeed overlaps the bucketed reduction (overlap_comm) but gathers right after step().
-    ("deepspeed", {(0, False, True), (1, False, True), (2, False, True), (3, False, True)}),
+    # DeepSpeed overlaps the bucketed ZeRO reduction (overlap_comm) but gathers right after
+    # step(); without ZeRO it all-reduces after the backward (engine.py allreduce_gradients).
+    ("deepspeed", {(0, False, False), (1, False, True), (2, False, True), (3, False, True)}),
     # torchtitan: DDP, and FSDP2's per-layer gathers (no once-per-step gather to overlap);
     # under pipelining FSDP2 gathers each stage once per step, which the first forward hides.
     ("torchtitan", {(0, False, True), (2, False, True), (3, False, True), (2, True, True), (3, True, True)}),
