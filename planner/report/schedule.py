@@ -48,6 +48,7 @@ __all__ = [
     "Schedule",
     "simulate_schedule",
     "makespan_and_bubble",
+    "per_stage_view",
 ]
 
 EVENT_KINDS: tuple[str, ...] = ("fwd", "bwd", "wgrad", "recompute", "p2p", "idle", "optimizer", "dp_comm")
@@ -295,6 +296,25 @@ def simulate_schedule(
         if free_s[r] < makespan:
             events[r].append(Event("idle", free_s[r], makespan))
     return Schedule(kind, pp, vpp, m, tuple(tuple(e) for e in events), makespan)
+
+
+def per_stage_view(schedule: Schedule) -> Schedule:
+    """The schedule with every rank's events shifted to start at its first operation: how a
+    rank's step looks when steps run back to back and each rank starts its next step as soon as
+    its own work is done (ZB-H2 with the Zero Bubble fork's optimizer post-validation, Qi et al.
+    2024 sec. 4: the warm-up staircase overlaps the previous step). Rows are padded with idle to
+    the longest one."""
+    rows = []
+    for stage in schedule.stages:
+        busy = [e for e in stage if e.kind != "idle"]
+        off = busy[0].start_s if busy else 0.0
+        rows.append([Event(e.kind, e.start_s - off, e.end_s - off, e.microbatch, e.chunk) for e in stage if e.end_s > off])
+    span = max((r[-1].end_s for r in rows if r), default=0.0)
+    for r in rows:
+        end = r[-1].end_s if r else 0.0
+        if end < span:
+            r.append(Event("idle", end, span))
+    return Schedule(schedule.kind, schedule.pp, schedule.vpp, schedule.num_microbatches, tuple(tuple(r) for r in rows), span)
 
 
 def makespan_and_bubble(schedule: Schedule) -> tuple[float, float]:

@@ -150,3 +150,25 @@ def test_plan_context_rejects_a_missing_rank(interleaved_doc):
 
     with pytest.raises(InputError, match="--rank"):
         plan_context(interleaved_doc, 7)
+
+
+@pytest.mark.parametrize("schedule", ["zb-h1", "zb-h2"])
+def test_zero_bubble_timeline_adds_up_to_the_predicted_step(schedule):
+    """A Zero Bubble fork plan (pp 4, 16 micro-batches): every stage's drawn events, W passes
+    included, add up to the predicted step; the simulated pipeline is the closed form within 2%."""
+    import contextlib
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = main(["plan", "--model", "llama3.1-8b", "--gpus", "16", "-b", "64", "--pp", "4", "--tp", "1", "--mb", "1",
+                     "--engine", "megatron-zb", "--schedule", schedule, "--top", "1", "--json"])
+    assert code == 0
+    doc = json.loads(buf.getvalue())
+    ctx = plan_context(doc, 1)
+    assert ctx.parallel.schedule == schedule and ctx.estimate.num_microbatches >= 2 * 4 - 1
+    predicted = doc["plans"][0]["predicted"]["step_time_s"]
+    ps = plan_schedule(ctx)
+    assert ps.pipeline_sim_s == pytest.approx(ps.pipeline_model_s, rel=0.02)
+    for stage in ps.schedule.stages:
+        assert math.fsum(e.dur_s for e in stage) == pytest.approx(predicted, rel=1e-9)
+        assert sum(e.kind == "wgrad" for e in stage) == ps.schedule.num_microbatches
