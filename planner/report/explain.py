@@ -69,9 +69,12 @@ class Explanation:
     estimate: Estimate
     rows: list[TimeRow]
     changes: list[Change]
+    mfu_ceiling: float | None = None  # the MFU of a step whose every FLOP ran at the model's best matmul rate (mfu_ceiling())
 
     def as_dict(self) -> dict:
         return {
+            "mfu": self.estimate.mfu,
+            "mfu_ceiling": self.mfu_ceiling,
             "time": [{"term": r.label, "exposed_s": r.exposed_s, "hidden_s": r.hidden_s, "link": r.link} for r in self.rows],
             "changes": [{"change": c.label, "step_time_s": c.estimate.step_time_s, "delta_s": c.delta_s, "fits": c.fits,
                          "memory_peak_bytes": c.estimate.memory_peak_bytes} for c in self.changes],
@@ -171,12 +174,22 @@ def changes(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfi
     return found[:k]
 
 
+def mfu_ceiling(gpu, precision: str, C: Constants) -> float:
+    """The MFU a step would reach if every FLOP ran at the best matmul rate the cost model allows:
+    the GPU's measured achievable matmul (MAMF, ``GpuSpec.matmul_ceiling``; kernel_throughput.md
+    sec. 1.1) times the in-training fraction ``TRAINING_KERNEL_EFFICIENCY``, at the precision's
+    peak, over the dense BF16 peak MFU is counted against. No kernel is priced faster
+    (:func:`planner.cost.compute.gemm_time`), so no prediction's MFU exceeds it."""
+    return gpu.ceiling(precision) * C.TRAINING_KERNEL_EFFICIENCY * gpu.peak(precision) / gpu.peak("bf16")
+
+
 def explain(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, engine: str | None = None,
             constants: Constants | None = None, est: Estimate | None = None, k: int = 3) -> Explanation:
     """Why the configuration ``par`` takes its time and memory, and the ``k`` best one-knob changes."""
     C = constants or DEFAULT_CONSTANTS
     e = est or estimate(model, cluster, job, par, engine, C)
-    return Explanation(e.parallel, e, time_rows(e), changes(model, cluster, job, e.parallel, e.engine, C, e, k))
+    return Explanation(e.parallel, e, time_rows(e), changes(model, cluster, job, e.parallel, e.engine, C, e, k),
+                       mfu_ceiling(cluster.gpu, job.precision, C))
 
 
 def _time_table(x: Explanation):
@@ -231,6 +244,9 @@ def render_explanation(x: Explanation, label: str = "plan") -> Group:
         Text(f"{label}: {_fmt(x.parallel)}", style="bold"),
         Text(f"step {fmt_time(e.step_time_s)}, MFU {100 * e.mfu:.1f}%, bound by {e.bound}; "
              f"{e.num_microbatches} micro-batches, layers per stage {list(e.layers_per_stage)}"),
+        *([Text(f"MFU ceiling {100 * x.mfu_ceiling:.1f}%: every FLOP at the best matmul rate the model allows on this GPU "
+                "(its measured achievable matmul x the in-training kernel efficiency); attention, memory-bound "
+                "kernels, communication and the bubble keep a step below it")] if x.mfu_ceiling else []),
         Text(""),
         Text("Where the step time goes (exposed: on the critical path; hidden: overlapped)", style="bold"),
         _time_table(x),
