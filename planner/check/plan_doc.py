@@ -30,7 +30,6 @@ def is_plan_doc(doc) -> bool:
 
 def read_plan_doc(path: Path, doc: dict, rank: int | None = None) -> Draft:
     name = path.name
-    d = Draft(fmt="plan", engine=str(doc.get("engine") or "megatron-core"), files=[str(path)])
     plans = doc.get("plans")
     if not isinstance(plans, list) or not plans:
         raise InputError(f"{name}: plans", plans, "a non-empty list of ranked plans")
@@ -38,6 +37,8 @@ def read_plan_doc(path: Path, doc: dict, rank: int | None = None) -> Draft:
     chosen = next((p for p in plans if isinstance(p, dict) and p.get("rank") == rank), None)
     if chosen is None:
         raise InputError(f"{name}: plan rank", rank, f"one of {[p.get('rank') for p in plans if isinstance(p, dict)]} (FILE.json:RANK)")
+    engine = chosen.get("engine") or doc.get("engine")  # a plan's own engine (--engine auto)
+    d = Draft(fmt="plan", engine=str(engine if engine and engine != "auto" else "megatron-core"), files=[str(path)])
     m = doc.get("model")
     if not isinstance(m, dict):
         raise InputError(f"{name}: model", m, "the plan's model block")

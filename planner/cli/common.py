@@ -10,7 +10,7 @@ from planner import __version__
 from planner.errors import InputError
 from planner.io.loaders import load_cluster, load_model, make_cluster, read_mapping, run_from_dict
 from planner.calibration.values import Calibration
-from planner.engines import DEFAULT_ENGINE, get_engine
+from planner.engines import AUTO, DEFAULT_ENGINE, get_engine
 from planner.search.space import SearchOptions
 from planner.specs import ClusterSpec, Job, ModelSpec
 
@@ -170,11 +170,11 @@ def setup_from_scenario(path: str, run_id: str | None) -> Setup:
 
 def setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len,
                    global_batch_size, precision, attention, scenario, run_id, engine=None, grad_reduce=None, profile=None,
-                   **parallel) -> Setup:
+                   allow_auto: bool = False, **parallel) -> Setup:
     """The setup of every pricing command: from a scenario (its non-null parallel fields fixed,
     then the flags') or from flags; ``parallel`` holds the parallel flags (None = free or the
     engine's default); ``engine`` names the engine (default :data:`planner.engines.DEFAULT_ENGINE`,
-    or the scenario run's); ``profile`` a calibration profile file."""
+    or the scenario run's; ``allow_auto``: the command takes ``auto``); ``profile`` a calibration profile file."""
     fixed = fixed_from_flags(**parallel)
     if _attention(attention) is not None:
         fixed["attention"] = _attention(attention)
@@ -185,7 +185,8 @@ def setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_
         setup = setup_from_flags(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network,
                                  seq_len, global_batch_size, precision, attention, fixed)
     if engine is not None:
-        setup.engine = get_engine(engine).name  # InputError naming the engines on anything else
+        # InputError naming the engines on anything else; "auto" (search every engine) is plan's
+        setup.engine = AUTO if str(engine).lower() == AUTO and allow_auto else get_engine(engine).name
     if grad_reduce is not None:
         import dataclasses  # noqa: PLC0415
 

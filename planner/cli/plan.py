@@ -61,7 +61,7 @@ def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, net
     setup = setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len,
                            global_batch_size, precision, attention, scenario, id, engine, grad_reduce, profile, tp=tp, pp=pp, dp=dp,
                            cp=cp, ep=ep, vpp=vpp, micro_batch_size=micro_batch_size, recompute=recompute,
-                           sequence_parallel=sequence_parallel, zero=zero, schedule=schedule)
+                           sequence_parallel=sequence_parallel, zero=zero, schedule=schedule, allow_auto=True)
     opts = setup.options(allow_tp_across_nodes=allow_tp_across_nodes, memory_margin=O.check_margin(memory_margin))
     from planner.cost.flops import param_count  # noqa: PLC0415
 
@@ -108,6 +108,8 @@ def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, net
     con.print(plans_legend(result.plans), style="dim")
     con.print(wrap(recommendation(result.plans)))
     con.print(search_line(result))
+    for note in (result.notes if result.engine == "auto" else []):
+        con.print(wrap(note), style="dim")
     for line in gp_text:
         con.print(wrap(line), highlight=False, soft_wrap=True)
     if explain:

@@ -161,7 +161,7 @@ def load_plan_view(plan_doc: dict, rank: int = 1) -> PlanView:
     parallel = ParallelConfig(layers_per_stage=tuple(lps) if lps is not None else None, **pkw)
     hw = _get(plan_doc, "hardware", "plan")
     # Fields a document leaves out are the engine's defaults, resolved as estimate() does.
-    engine = get_engine(plan_doc.get("engine"))
+    engine = get_engine(chosen.get("engine") or plan_doc.get("engine"))  # a plan's own engine (--engine auto)
     cluster = make_cluster(str(hw.get("gpu", "h100-sxm5-80gb")), _get(hw, "num_gpus", "hardware"), hw.get("gpus_per_node"),
                            hw.get("inter_node"), hw.get("intra_node"))
     parallel = resolve(parallel, model, cluster, job, engine)[0]

@@ -25,7 +25,7 @@ import yaml
 
 from planner.errors import InputError, suggest
 
-__all__ = ["Sharding", "MemoryProfile", "Engine", "ENGINE_NAMES", "DEFAULT_ENGINE", "get_engine", "engine_names"]
+__all__ = ["Sharding", "MemoryProfile", "Engine", "ENGINE_NAMES", "DEFAULT_ENGINE", "AUTO", "AUTO_ENGINES", "get_engine", "engine_names"]
 
 DEFAULT_ENGINE = "megatron-core"
 GRAD_SYNC = ("step", "microbatch")
@@ -236,6 +236,13 @@ def _load(name: str) -> Engine:
     return _from_dict(yaml.safe_load(path.read_text()), f"engine[{name}]")
 
 
+# ``--engine auto``: the search runs on each engine a team would launch today and ranks the plans
+# of all of them (each plan names its engine). megatron-legacy (2020-21) and megatron-deepspeed
+# describe published runs; megatron-zb is a research fork: they are searched only when named.
+AUTO = "auto"
+AUTO_ENGINES = ("megatron-core", "torchtitan", "deepspeed")
+
+
 def get_engine(engine: "str | Engine | None" = None) -> Engine:
     """The profile named ``engine`` (``None``: :data:`DEFAULT_ENGINE`); an Engine passes through.
 
@@ -247,5 +254,6 @@ def get_engine(engine: "str | Engine | None" = None) -> Engine:
     name = DEFAULT_ENGINE if engine is None else str(engine).lower()
     if name not in ENGINE_NAMES:
         hint = suggest(name, ENGINE_NAMES)
-        raise InputError("--engine", engine, f"one of {', '.join(ENGINE_NAMES)}" + (f" ({hint})" if hint else ""))
+        also = " (auto: plan only)" if name == AUTO else ""
+        raise InputError("--engine", engine, f"one of {', '.join(ENGINE_NAMES)}{also}" + (f" ({hint})" if hint else ""))
     return _load(name)

@@ -116,6 +116,8 @@ def recommendation(plans: list) -> str:
     e1, e2 = p1.estimate, p2.estimate
     pct = 100 * (e2.step_time_s - e1.step_time_s) / e2.step_time_s if e2.step_time_s > 0 else 0.0
     knobs = knob_changes(p1.parallel, p2.parallel)
+    if getattr(p1.estimate, "engine", None) != getattr(p2.estimate, "engine", None):  # --engine auto
+        knobs = [f"{p1.estimate.engine} vs {p2.estimate.engine}", *knobs][:3]
     t1 = {name: (t, phrase) for name, t, phrase in step_terms(e1)}
     t2 = {name: (t, phrase) for name, t, phrase in step_terms(e2)}
     deltas = sorted(((t2.get(k, (0.0, ""))[0] - t1[k][0], t1[k][1]) for k in t1), key=lambda x: x[0])

@@ -80,15 +80,26 @@ def vpp_cell(par) -> str:
     return f"{par.vpp} {tag}" if tag else str(par.vpp)
 
 
+ENGINE_TAGS = {"megatron-core": "mcore", "torchtitan": "titan", "deepspeed": "ds", "megatron-deepspeed": "mds",
+               "megatron-legacy": "mleg", "megatron-zb": "mzb"}
+
+
+def _mixed_engines(plans: list) -> bool:
+    return len({p.estimate.engine for p in plans}) > 1
+
+
 def plans_table(plans: list) -> Table:
     """Ranked plans: rank, degrees, micro-batch x count, virtual stages, recompute, ZeRO, step
     time, tokens/s, MFU, peak memory per GPU (GiB; the capacity is the same for every row and
     said once, in :func:`plans_legend`), and what bounds the step (the largest exposed term
-    with its share, :func:`planner.report.reasons.bound_label`)."""
+    with its share, :func:`planner.report.reasons.bound_label`). Plans of several engines
+    (``--engine auto``) show their engine in place of tokens/s (80 columns)."""
     t = compact_table()
-    for col, just in (("#", "right"), ("tp/pp/dp/cp", "left"), ("mb x n", "right"), ("v", "right"), ("rec", "left"),
-                      ("Z", "right"), ("step", "right"), ("tok/s", "right"), ("MFU", "right"), ("GiB", "right"),
-                      ("bound", "left")):
+    mixed = _mixed_engines(plans)
+    cols = [("#", "right"), ("tp/pp/dp/cp", "left"), ("mb x n", "right"), ("v", "right"), ("rec", "left"),
+            ("Z", "right"), ("step", "right"), ("engine", "left") if mixed else ("tok/s", "right"), ("MFU", "right"),
+            ("GiB", "right"), ("bound", "left")]
+    for col, just in cols:
         t.add_column(col, justify=just, no_wrap=True)
     for p in plans:
         par, e = p.parallel, p.estimate
@@ -97,8 +108,8 @@ def plans_table(plans: list) -> Table:
         t.add_row(
             str(p.rank), degrees, f"{par.micro_batch_size}x{e.num_microbatches}", vpp_cell(par),
             {"none": "-", "selective": "sel", "full": "full"}[par.recompute], str(par.zero),
-            fmt_time(e.step_time_s), fmt_tokens(e.tokens_per_s), f"{100 * e.mfu:.1f}%",
-            Text(gib(e.memory_peak_bytes), style=style), bound_label(e),
+            fmt_time(e.step_time_s), ENGINE_TAGS.get(e.engine, e.engine) if mixed else fmt_tokens(e.tokens_per_s),
+            f"{100 * e.mfu:.1f}%", Text(gib(e.memory_peak_bytes), style=style), bound_label(e),
         )
     return t
 
@@ -108,6 +119,9 @@ def plans_legend(plans: list) -> str:
     cap = f"{gib(plans[0].estimate.memory_capacity_bytes)} GiB" if plans else "the GPU's memory"
     tags = sorted({SCHEDULE_TAGS[p.parallel.schedule] for p in plans if p.parallel.pp > 1 and p.parallel.schedule in SCHEDULE_TAGS})
     sched = ("schedules: " + ", ".join(f"{t} {SCHEDULE_NAMES[t]}" for t in tags) + ";\n") if tags else ""
+    if _mixed_engines(plans):
+        names = sorted({p.estimate.engine for p in plans})
+        sched += "engine: " + ", ".join(f"{ENGINE_TAGS.get(n, n)} {n}" for n in names) + ";\n"
     return ("mb x n: micro-batch x count; v: virtual stages per rank; rec: recompute;\n" + sched +
             f"Z: ZeRO stage; GiB: peak memory per GPU (capacity {cap});\n"
             "bound: the largest exposed term of the step and its share (compute,\n"

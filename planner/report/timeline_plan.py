@@ -123,7 +123,7 @@ def plan_context(doc: dict, rank: int = 1) -> PlanContext:
         par = parallel_from_dict(par_d)
     except TypeError as exc:
         raise InputError(f"plans[rank={rank}].parallel", par_d, f"ParallelConfig fields ({exc})") from None
-    engine = get_engine(doc.get("engine") or (doc.get("search") or {}).get("engine") or DEFAULT_ENGINE).name
+    engine = get_engine(entry.get("engine") or doc.get("engine") or (doc.get("search") or {}).get("engine") or DEFAULT_ENGINE).name
     consts = doc.get("constants") or {}
     if not isinstance(consts, dict):
         raise InputError("plan.constants", consts, "an object of calibration constants")

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from planner.cost.constants import DEFAULT_CONSTANTS, Constants
 from planner.cost.estimate import Estimate, price
 from planner.cost.rules import check_precision
-from planner.engines import default_etp, default_split, engine_flags, get_engine
+from planner.engines import AUTO, AUTO_ENGINES, default_etp, default_split, engine_flags, get_engine
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
 from planner.search.bounds import (SPLIT_MIN_GAIN, memory_bound_fn, only_split, p2p_per_stage, per_layer_time,  # noqa: F401
                                    split_gain, split_may_help, states_bound_fn, step_lower_bound)
@@ -92,7 +92,7 @@ class Plan:
         par["num_microbatches"] = self.estimate.num_microbatches
         par["layers_per_stage"] = list(self.estimate.layers_per_stage)
         pred = self.estimate.as_dict()
-        return {"rank": self.rank, "parallel": par, "predicted": pred}
+        return {"rank": self.rank, "engine": self.estimate.engine, "parallel": par, "predicted": pred}
 
 
 @dataclass
@@ -209,6 +209,8 @@ def plan(
     t0 = time.perf_counter()
     deadline = t0 + limit
     opts = options or SearchOptions()
+    if isinstance(opts.engine, str) and opts.engine.lower() == AUTO:
+        return _plan_auto(model, cluster, job, top_k, opts, limit, objective, goodput, constants)
     eng = get_engine(opts.engine)
     C = constants or DEFAULT_CONSTANTS
     if opts.memory_margin is not None:
@@ -343,6 +345,47 @@ def _timed_out(limit: float, found: list, candidates: int, evaluated: int, t0: f
             f"dp={plans[0].parallel.dp} cp={plans[0].parallel.cp}") if plans else "no plan that fits found yet"
     return SolverFailure(f"time limit of {limit:g} s hit after {evaluated} of {candidates} candidates evaluated ({what}); "
                          "raise --time-limit or fix more fields", best=best)
+
+
+def _plan_auto(model, cluster, job, top_k, opts, limit, objective, goodput, constants) -> PlanResult:
+    """``engine="auto"``: the search on each of :data:`planner.engines.AUTO_ENGINES` (an engine
+    that cannot run the fixed fields is skipped and said so), the plans of all ranked together
+    by the same key; each plan names its engine. No engine fitting raises the nearest miss of
+    the engine that came closest."""
+    t0 = time.perf_counter()
+    found, misses, notes, results = [], [], [], []
+    for name in AUTO_ENGINES:
+        left = limit - (time.perf_counter() - t0)
+        try:
+            r = plan(model, cluster, job, top_k, replace(opts, engine=name), max(0.5, left), objective, goodput, constants)
+        except NoFeasiblePlan as exc:
+            misses.append((name, exc))
+            continue
+        except InputError as exc:
+            notes.append(f"{name}: not searched ({exc})")
+            continue
+        results.append(r)
+        found += r.plans
+    if not found:
+        if misses:
+            raise misses[0][1]
+        raise InputError("--engine", AUTO, "an engine that can run the fixed fields (" + "; ".join(notes) + ")")
+    factor = 1.0
+    if objective == "goodput" and goodput is not None and goodput.goodput_fraction > 0:
+        factor = 1.0 / goodput.goodput_fraction
+    ranked = sorted(found, key=lambda p: (p.estimate.step_time_s * factor, _key(p.parallel), p.estimate.engine))[:top_k]
+    plans = [Plan(i + 1, p.parallel, p.estimate) for i, p in enumerate(ranked)]
+    stats = SolveStats()
+    for r in results:
+        for f in ("programs", "ruled_out", "memory_pruned", "time_pruned"):
+            setattr(stats, f, getattr(stats, f) + getattr(r.stats, f))
+        stats.solver = r.stats.solver if r.stats.programs else stats.solver
+    best = {r.engine: r.plans[0].estimate.step_time_s for r in results}
+    notes.insert(0, "engines searched: " + ", ".join(f"{e} (best {t:.4g} s)" for e, t in best.items())
+                 + "".join(f", {n} (nothing fits)" for n, _ in misses))
+    return PlanResult(plans, stats.solver if stats.programs else "none", sum(r.candidates for r in results),
+                      sum(r.evaluated for r in results), time.perf_counter() - t0, AUTO, notes=notes, objective=objective,
+                      goodput=goodput if objective == "goodput" else None, stats=stats)
 
 
 def _no_fit(model, cluster, job, nearest, eng, C, fixed) -> NoFeasiblePlan:
