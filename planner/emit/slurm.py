@@ -15,6 +15,7 @@ from planner.emit import megatron as mg
 from planner.emit import torchtitan as tt
 from planner.emit import torchtitan030 as tt030
 from planner.emit.common import PlanView, comment, provenance_lines, render_torchrun
+from planner.units import plural
 from planner.errors import InputError
 
 __all__ = ["SLURM_ENGINES", "slurm_script_name", "slurm_files"]
@@ -83,7 +84,7 @@ def slurm_files(v: PlanView, engine: str) -> dict[str, str]:
         SITE_BLOCK,
         "\n",
         f'if [ "${{SLURM_NNODES}}" -ne {v.num_nodes} ]; then\n',
-        f'    echo "this plan needs {v.num_nodes} nodes, the allocation has ${{SLURM_NNODES}}" >&2\n',
+        f'    echo "this plan needs {plural(v.num_nodes, "node")}, the allocation has ${{SLURM_NNODES}}" >&2\n',
         "    exit 1\n",
         "fi\n",
         'head_node=$(scontrol show hostnames "${SLURM_JOB_NODELIST}" | head -n 1)\n',
