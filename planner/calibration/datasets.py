@@ -71,6 +71,22 @@ def run_model_fields(run_id: str) -> dict:
     return {}
 
 
+@lru_cache(maxsize=1)
+def _recipes() -> dict:
+    return yaml.safe_load((resources.files("planner.calibration") / "run_recipes.yaml").read_text())
+
+
+def run_recipe(run_id: str) -> tuple[dict, str]:
+    """(parallel fields, source) the run's recipe states and its table leaves out, from the first
+    rule of ``run_recipes.yaml`` whose ``id_regex`` matches ({} and "" when none does)."""
+    import re  # noqa: PLC0415
+
+    for rule in _recipes()["rules"]:
+        if re.search(rule["id_regex"], run_id):
+            return dict(rule.get("parallel") or {}), str(rule["source"])
+    return {}, ""
+
+
 def run_engine(run_id: str) -> tuple[str, str]:
     """(engine, why) of a published run, from ``run_engines.yaml`` (first matching rule)."""
     r = _rules()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from planner.calibration.datasets import run_engine, run_model_fields
+from planner.calibration.datasets import run_engine, run_model_fields, run_recipe
 from planner.cost.constants import DEFAULT_CONSTANTS
 from planner.cost.estimate import Estimate, estimate
 from planner.errors import InputError, NoFeasiblePlan
@@ -48,6 +48,7 @@ class RunResult:
     measured: dict
     median: Estimate | None = None
     candidates: int = 1
+    from_recipe: dict = dataclasses.field(default_factory=dict)  # fields read from the run's recipe (run_recipes.yaml)
 
     @property
     def measured_step_time_s(self) -> float | None:
@@ -96,6 +97,7 @@ class RunResult:
             "engine": self.engine,
             "parallel": par,
             "filled": list(self.filled),
+            "from_recipe": dict(self.from_recipe),
             "candidates": self.candidates,
             "predicted": pred(self.estimate),
             "predicted_median_fill": pred(self.median) if self.median is not None else None,
@@ -177,8 +179,11 @@ def fill_and_predict(run: Run, opts: SearchOptions | None = None, median: bool =
     """
     engine = (opts.engine if opts is not None and opts.engine is not None else run_engine(run.id)[0])
     over = run_model_fields(run.id)
-    if over:
-        run = Run(run.id, dataclasses.replace(run.model, **over), run.job, run.cluster, run.parallel, run.measured, run.raw)
+    recipe, _ = run_recipe(run.id)
+    recipe = {k: v for k, v in recipe.items() if run.parallel.get(k) is None}  # only what the row leaves out
+    if over or recipe:
+        run = Run(run.id, dataclasses.replace(run.model, **over), run.job, run.cluster, {**run.parallel, **recipe},
+                  run.measured, run.raw)
     fixed = fixed_fields(run.parallel, (run.raw or {}).get("notes"))
     base = opts or SearchOptions()
     margin = base.memory_margin if base.memory_margin is not None else FILL_MEMORY_MARGIN
@@ -196,7 +201,7 @@ def fill_and_predict(run: Run, opts: SearchOptions | None = None, median: bool =
     med, n = (None, 1)
     if median and any(f in filled for f in SEARCHED if f != "sequence_parallel"):
         med, n = _median(run, fixed, engine)
-    return RunResult(run.id, engine, est.parallel, filled, est, dict(run.measured or {}), med, n)
+    return RunResult(run.id, engine, est.parallel, filled, est, dict(run.measured or {}), med, n, recipe)
 
 
 def validate_runs(runs: list[Run], opts: SearchOptions | None = None, median: bool = True) -> tuple[list[RunResult], list[Refused]]:

@@ -75,26 +75,34 @@ def steady_microbatches(schedule: str, pp: int, m: int) -> int:
     return m if m <= cap else cap
 
 
+def _interleaved_arrays(rank: int, pp: int, v: int, m: int):
+    """Megatron's interleaved order as arrays (kind 0 F / 1 B, chunk, micro-batch) and the
+    warm-up count: forward k runs chunk (k mod p v) div p of micro-batch (k div p v) p + k mod p,
+    backward k the mirrored chunk (module doc)."""
+    import numpy as np  # noqa: PLC0415
+
+    total = m * v
+    warm = min((pp - rank - 1) * 2 + (v - 1) * pp, total)
+    group = pp * v
+    steady = total - warm
+    # forward k at position k (warm-up), then F(warm + j) at warm + 2j and B(j) at warm + 2j + 1
+    f_pos = np.concatenate([np.arange(warm), warm + 2 * np.arange(steady)])
+    b_pos = np.concatenate([warm + 2 * np.arange(steady) + 1, warm + 2 * steady + np.arange(total - steady)])
+    k = np.arange(total)
+    n = 2 * total
+    kind, chunk, mb = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    kind[f_pos], kind[b_pos] = 0, 1
+    chunk[f_pos] = (k % group) // pp
+    chunk[b_pos] = v - 1 - (k % group) // pp
+    mb[f_pos] = mb[b_pos] = (k // group) * pp + k % pp
+    return kind, chunk, mb, warm
+
+
 def rank_ops(schedule: str, rank: int, pp: int, v: int, m: int) -> tuple[list[tuple[str, int, int]], int]:
     """The (kind, chunk, micro-batch) passes of one rank in order, and its warm-up forward count."""
     if schedule == "interleaved" and v > 1:
-        total = m * v
-        warm = min((pp - rank - 1) * 2 + (v - 1) * pp, total)
-        group = pp * v
-
-        def chunk(k: int, fwd: bool) -> int:
-            c = (k % group) // pp
-            return c if fwd else v - 1 - c
-
-        def mb(k: int) -> int:
-            return (k // group) * pp + k % pp
-
-        ops = [("F", chunk(k, True), mb(k)) for k in range(warm)]
-        for j in range(total - warm):
-            ops.append(("F", chunk(warm + j, True), mb(warm + j)))
-            ops.append(("B", chunk(j, False), mb(j)))
-        ops += [("B", chunk(j, False), mb(j)) for j in range(max(0, total - warm), total)]
-        return ops, warm
+        kind, chunk, mb, warm = _interleaved_arrays(rank, pp, v, m)
+        return [("FB"[a], int(c), int(k)) for a, c, k in zip(kind, chunk, mb)], warm
     fwd = [("F", c, 0) for c in range(v)]
     bwd = [("B", c, 0) for c in reversed(range(v))]
 
@@ -153,7 +161,6 @@ class MomentTable:
     pending: np.ndarray
     done: np.ndarray
     warmup: int
-    rows: tuple = ()  # (is_b, chunk, held, pending, done) per row, for small tables priced in Python
     hpd: np.ndarray = None  # [held | pending | done], one product prices the three counts
     group: np.ndarray = None  # 0 forward, 1 forward of the last chunk, 2 + c backward of chunk c
 
@@ -174,43 +181,46 @@ def moment_table(schedule: str, rank: int, pp: int, v: int, m: int, split_backwa
     at a chunk's first backward (otherwise the done-sets are not told apart). Equal moments are
     kept once (the first); the table is read-only. Dropping the moments
     another covers would not change a peak, and costs more than it saves: a table is priced
-    once per stage a search prices, with one matrix-vector product."""
+    once per stage a search prices, with one matrix-vector product.
+
+    The counts are running sums over the pass order, built as arrays (a 64-stage pipeline of 16
+    chunks walks ~6,000 passes per rank): a forward's moment sees the counts after it, a
+    backward's the counts before it (it frees what it held as it runs)."""
     import numpy as np  # noqa: PLC0415  (numpy on first use: CLI start-up)
 
     m_walk = steady_microbatches(schedule, pp, m)
-    ops, warm = rank_ops(schedule, rank, pp, v, m_walk)
-    held, pending, done = [0] * v, [0] * v, [0] * v
-    rows: dict[tuple, tuple] = {}
-    zeros = (0,) * v
-    f_count = 0
+    if schedule == "interleaved" and v > 1:
+        kind, chunk, mbs, warm = _interleaved_arrays(rank, pp, v, m_walk)
+    else:
+        ops, warm = rank_ops(schedule, rank, pp, v, m_walk)
+        kind = np.array(["FBW".index(k) for k, _, _ in ops], dtype=np.int64)
+        chunk = np.array([c for _, c, _ in ops], dtype=np.int64)
+        mbs = np.array([k for _, _, k in ops], dtype=np.int64)
+    n = len(kind)
+    is_f, is_b, is_w = kind == 0, kind == 1, kind == 2
+    onehot = np.zeros((n, v))
+    onehot[np.arange(n), chunk] = 1.0
     zb = split_backward and schedule in ("zb-h1", "zb-h2")
-    for idx, (kind, c, k) in enumerate(ops):
-        if kind == "W":
-            pending[c] -= 1
-            continue
-        if kind == "F":
-            held[c] += 1
-            key = (False, c, tuple(held), tuple(pending), tuple(done) if track_done else zeros)
-            if key not in rows:
-                rows[key] = (k, f_count, idx)
-            f_count += 1
-        else:
-            key = (True, c, tuple(held), tuple(pending), tuple(done) if track_done else zeros)
-            if key not in rows:
-                rows[key] = (k, idx, idx)
-            held[c] -= 1
-            done[c] = 1
-            if zb:
-                pending[c] += 1
-    items = sorted(rows.items(), key=lambda kv: kv[1][2])
-    arr = lambda j: np.array([it[0][j] for it in items], dtype=np.int64)  # noqa: E731
-    t = MomentTable(is_b=np.array([it[0][0] for it in items], dtype=bool), chunk=arr(1),
-                    mb=np.array([it[1][0] for it in items]), index=np.array([it[1][1] for it in items]),
-                    step=np.array([it[1][2] for it in items]),
-                    held=np.array([it[0][2] for it in items], dtype=float).reshape(len(items), v),
-                    pending=np.array([it[0][3] for it in items], dtype=float).reshape(len(items), v),
-                    done=np.array([it[0][4] for it in items], dtype=float).reshape(len(items), v), warmup=warm,
-                    rows=tuple(it[0] for it in items))
+    held_after = np.cumsum(onehot * (is_f.astype(float) - is_b)[:, None], axis=0)
+    pend_after = np.cumsum(onehot * ((is_b & zb).astype(float) - is_w)[:, None], axis=0)
+    done_after = np.maximum.accumulate(onehot * is_b[:, None], axis=0) if track_done else np.zeros((n, v))
+
+    def before(a):
+        return np.vstack([np.zeros((1, v)), a[:-1]])
+
+    bcol = is_b[:, None]
+    held = np.where(bcol, before(held_after), held_after)
+    pending = np.where(bcol, before(pend_after), pend_after)
+    done = np.where(bcol, before(done_after), done_after)
+    f_before = np.cumsum(is_f) - is_f  # forwards run before each pass
+    idx = np.flatnonzero(~is_w)
+    key = np.hstack([is_b[idx, None].astype(float), chunk[idx, None].astype(float), held[idx], pending[idx], done[idx]])
+    k16 = np.ascontiguousarray(key, dtype=np.int16)  # counts are small integers: one byte string per row
+    _, first = np.unique(k16.view(np.dtype((np.void, 2 * k16.shape[1]))).ravel(), return_index=True)
+    sel = idx[np.sort(first)]  # the first pass of each distinct moment, in step order
+    b = is_b[sel]
+    t = MomentTable(is_b=b, chunk=chunk[sel], mb=mbs[sel], index=np.where(b, sel, f_before[sel]), step=sel,
+                    held=held[sel], pending=pending[sel], done=done[sel], warmup=warm)
     object.__setattr__(t, "hpd", np.hstack([t.held, t.pending, t.done]))
     # the row's kind for pricing: 0 forward, 1 forward of the last chunk, 2 + c backward of chunk c
     object.__setattr__(t, "group", np.where(t.is_b, 2 + t.chunk, (t.chunk == v - 1).astype(np.int64)))
