@@ -34,7 +34,22 @@ CpOpt = Annotated[Optional[int], typer.Option("--cp", help="Context-parallel deg
 EpOpt = Annotated[Optional[int], typer.Option("--ep", help="Expert-parallel degree (MoE).")]
 VppOpt = Annotated[Optional[int], typer.Option("--vpp", help="Virtual pipeline stages per rank (interleaved 1F1B).")]
 MbOpt = Annotated[Optional[int], typer.Option("--micro-batch-size", "--mb", help="Micro-batch size in sequences.")]
-SchedOpt = Annotated[Optional[str], typer.Option("--schedule", help="Pipeline schedule: 1f1b | interleaved | gpipe | zb-h1 | zb-h2 | zb-v | dualpipe (those the engine runs).")]
+SchedOpt = Annotated[Optional[str], typer.Option("--schedule", help="Pipeline schedule: 1f1b | interleaved | gpipe | zb-h1 | zb-h2 | zb-v | dualpipe (those the engine runs); plan takes a comma list to search among.")]
+
+
+def schedule_list(flag: str | None) -> tuple[str | None, tuple[str, ...] | None]:
+    """``--schedule`` of ``plan``: one schedule fixes it; a comma list (``1f1b,zb-v``) is the set the
+    search tries. Returns (fixed schedule or None, schedules to try or None)."""
+    if flag is None or "," not in flag:
+        return flag, None
+    from planner.cost.step import SCHEDULE_FORMS  # noqa: PLC0415
+    from planner.errors import InputError  # noqa: PLC0415
+
+    names = tuple(dict.fromkeys(x.strip() for x in flag.split(",") if x.strip()))
+    bad = [x for x in names if x not in SCHEDULE_FORMS]
+    if bad or not names:
+        raise InputError("--schedule", flag, "one of " + " | ".join(SCHEDULE_FORMS) + ", or a comma list of them")
+    return None, names
 RecOpt = Annotated[Optional[str], typer.Option("--recompute", help="none | selective | full.")]
 SpOpt = Annotated[Optional[bool], typer.Option("--sequence-parallel/--no-sequence-parallel", help="Megatron sequence parallelism.")]
 ZeroOpt = Annotated[Optional[int], typer.Option("--zero", help="0 none, 1 optimizer (distributed optimizer), 2 +gradients, 3 +weights.")]

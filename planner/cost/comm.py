@@ -79,6 +79,7 @@ def _group_links(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int, ep: i
         # Megatron-core's expert grid (parallel_state, order etp-ep-edp-pp): the expert-parallel
         # group strides by the expert tensor degree, the expert data-parallel group by etp x ep.
         "ep": (ep, etp),
+        "etp": (etp, 1),
         "edp": (max(1, tp * cp * dp // (ep * etp)), etp * ep),
         "dp": (dp, tp * cp),
         "dp_cp": (dp * cp, tp),

@@ -151,7 +151,7 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig,
         {"kind": "pp", "link": links["pp"].link, "time_s": m * 2 * v * t_p2p, "exposed_s": breakdown["pp_comm_exposed_s"]},
         {"kind": "dp", "link": links["dp_cp"].link, "time_s": max(x["total_s"] for x in syncs), "exposed_s": breakdown["dp_comm_exposed_s"]},
         {"kind": "cp", "link": links["cp"].link, "time_s": m * max(lps) * 3 * t_cp_f, "exposed_s": breakdown["cp_comm_exposed_s"]},
-        {"kind": "ep", "link": links["ep"].link, "time_s": m * model.moe_layers * 4 * t_a2a, "exposed_s": breakdown["ep_comm_exposed_s"]},
+        {"kind": "ep", "link": links["ep"].link, "time_s": m * min(max(lps), model.moe_layers) * (6 if par.recompute == "full" else 4) * t_a2a, "exposed_s": breakdown["ep_comm_exposed_s"]},
     ]
     bound_terms = {
         "compute": breakdown["compute_s"] + breakdown["recompute_s"],

@@ -80,10 +80,15 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
     t_cp_f = cp_ring_time(links["cp"], kv_chunk)
     # overlapped with the attention of the resident blocks (comm.cp_ring_exposed)
     cp_fwd, cp_bwd = cp_ring_exposed(links["cp"], kv_chunk, lt_d.fwd_attn_s, lt_d.bwd_attn_s)
-    # two all-to-all (dispatch, combine) per MoE layer and pass; not overlapped under 1F1B
-    # with etp < tp each rank dispatches its own sequence-parallel share of the tokens
-    ep_bytes = moe_dispatch_bytes(mb * s / cp * etp / tp, model.hidden, model.moe.top_k, moe_load_factor(model, ep, C)) if has_moe else 0.0
-    t_a2a = alltoall_time(links["ep"], ep_bytes) if has_moe else 0.0
+    # two all-to-all (dispatch, combine) per MoE layer and pass; not overlapped under 1F1B.
+    # Each rank sends its own sequence-parallel share (s / tp) of the tokens over the expert-
+    # parallel group; with etp > 1 the received tokens are then all-gathered over the expert
+    # tensor group (and the combine reduce-scattered) on that group's links (Megatron-core
+    # MoEAlltoAllTokenDispatcher: token_dispatch all_to_all(ep_group), dispatch_postprocess
+    # gather_from_sequence_parallel_region(tp_group = expt_tp), combine_preprocess
+    # reduce_scatter_to_sequence_parallel_region).
+    ep_bytes = moe_dispatch_bytes(mb * s / cp / tp, model.hidden, model.moe.top_k, moe_load_factor(model, ep, C)) if has_moe else 0.0
+    t_a2a = (alltoall_time(links["ep"], ep_bytes) + links["etp"].time("allgather", etp * ep_bytes)) if has_moe else 0.0
     full = rec == "full"
 
     def cost(lt, moe: bool) -> dict[str, float]:

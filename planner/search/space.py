@@ -91,7 +91,7 @@ def to_parallel(t: tuple, fixed: dict | None = None) -> ParallelConfig:
     stay None for :func:`planner.engines.resolve`."""
     kw = dict(zip(TUPLE_FIELDS, t))
     for k in ("sequence_parallel", "attention", "tp_comm_overlap", "async_tp_allreduce", "overlap_grad_reduce",
-              "overlap_param_gather", "layers_per_stage", "zero_shard_degree"):
+              "overlap_param_gather", "layers_per_stage", "zero_shard_degree", "etp"):
         if fixed and fixed.get(k) is not None:
             kw[k] = tuple(fixed[k]) if k == "layers_per_stage" else fixed[k]
     return ParallelConfig(**kw)

@@ -23,7 +23,8 @@ def test_every_recipe_rule_covers_rows_cites_and_fills_only_unknowns(rule):
     assert hits, "a rule that covers no run"
     assert rule["source"] and rule["why"]
     for k, v in (rule.get("parallel") or {}).items():
-        assert k in ("recompute",) and v in RECOMPUTE_KINDS
+        assert k in ("recompute", "etp"), k
+        assert v in RECOMPUTE_KINDS if k == "recompute" else (isinstance(v, int) and v >= 1), (k, v)
     by_id = {r.id: r for runs in ALL.values() for r in runs}
     for i in hits:
         fields, _ = run_recipe(i)
@@ -43,3 +44,13 @@ def test_a_recipe_field_is_fixed_in_the_fill_and_reported():
     res = fill_and_predict(run, median=False)
     assert res.from_recipe == {"recompute": "none"} and "recompute" not in res.filled
     assert res.parallel.recompute == "none"
+
+
+def test_recipe_expert_tensor_degree_reaches_the_prediction():
+    """The DeepSeek-V3 recipes set expert_tensor_parallel_size 1: validate prices etp 1 (the
+    engine's default would be tp)."""
+    from planner.calibration.validate import validate_runs
+
+    run = next(r for r in ALL["modern"] if r.id == "mb2509-deepseek_v3-dropless-fp8-1024h100")
+    res, _ = validate_runs([run], median=False)
+    assert res[0].parallel.tp == 2 and res[0].parallel.etp == 1 and res[0].from_recipe.get("etp") == 1

@@ -196,3 +196,16 @@ def test_calibrate_cli_profile_round_trip(capsys, tmp_path):
     t2 = json.loads(run(capsys, *base)[1])["plans"][0]["predicted"]["step_time_s"]
     assert t2 == pytest.approx(t0, rel=1e-12)  # constants restored after the command
     assert run(capsys, *base, "--profile", str(tmp_path / "missing.yaml"))[0] == 2
+
+
+def test_example_runs_file_recovers_its_truth(capsys):
+    """README's calibration example: examples/my_runs.json was made by _runs_file at kernel
+    efficiency 0.7 and HBM efficiency 0.6; calibrating it finds both within 3 sigma."""
+    from pathlib import Path
+
+    runs = Path(__file__).resolve().parents[2] / "examples" / "my_runs.json"
+    code, out, err = run(capsys, "calibrate", str(runs), "--out", "/dev/null", "--force", "--json")
+    assert code == 0, err
+    c = json.loads(out)["constants"]
+    for k, v in {"TRAINING_KERNEL_EFFICIENCY": 0.7, "HBM_STREAM_EFFICIENCY": 0.6}.items():
+        assert abs(c[k]["value"] - v) <= 3 * c[k]["uncertainty"], (k, c[k])

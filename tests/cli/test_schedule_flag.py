@@ -1,0 +1,29 @@
+"""``plan --schedule``: one name fixes the schedule; a comma list is the set the search tries
+(each plan's schedule is one of them, and the list is checked name by name)."""
+
+import contextlib
+import io
+import json
+
+from planner.cli.app import main
+
+
+def _run(argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_schedule_list_is_searched():
+    code, out, err = _run(["plan", "--model", "llama3.1-8b", "--gpus", "16", "-b", "64", "--pp", "2", "--engine", "torchtitan",
+                           "--schedule", "1f1b,zb-v", "--top", "6", "--json"])
+    assert code == 0, err
+    scheds = {p["parallel"]["schedule"] for p in json.loads(out)["plans"]}
+    assert scheds <= {"1f1b", "zb-v"} and scheds
+
+
+def test_schedule_list_names_the_bad_entry():
+    code, _, err = _run(["plan", "--schedule", "1f1b,zb-x"])
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "--schedule" in err and "1f1b,zb-x" in err and "comma list" in err
