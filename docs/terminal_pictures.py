@@ -9,9 +9,7 @@ root after changing what a command prints:
     python docs/terminal_pictures.py            # every picture
     python docs/terminal_pictures.py plan       # one of them
 
-``PICTURES`` is the list; an entry whose arguments are None is a hook for a command that is
-not there yet (``planner check``, built elsewhere): give it its arguments when it lands and
-rerun.
+``PICTURES`` is the list (an entry whose arguments are None is skipped).
 """
 
 from __future__ import annotations
@@ -29,9 +27,7 @@ WIDTH = 80
 PICTURES: dict[str, tuple[list[str] | None, str]] = {
     "plan": (["plan"], "planner plan"),
     "plan-explain": (["plan", "--top", "3", "--explain"], "planner plan --top 3 --explain"),
-    # Hook: `planner check` (reading a user's own job files) is built by another change; put its
-    # arguments here, e.g. ["check", "examples/train.sh"], and rerun to add docs/img/check.svg.
-    "check": (None, "planner check"),
+    "check": (["check", "examples/train_llama3_70b.sh"], "planner check examples/train_llama3_70b.sh"),
 }
 
 

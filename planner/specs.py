@@ -404,6 +404,9 @@ class ParallelConfig:
     overlap_param_gather: bool | None = None  # ZeRO 1/2 weight all-gather overlapped with the next forward
     attention: str | None = None  # flash | unfused
     etp: int | None = None  # expert tensor parallelism (Megatron --expert-tensor-parallel-size); None: tp, or 1 where ep spans tp
+    # Megatron-core --overlap-moe-expert-parallel-comm: the expert all-to-all of one micro-batch
+    # overlapped with another's compute (combined 1F1B); None: the engine's default where it runs
+    moe_a2a_overlap: bool | None = None
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "cp", "ep", "micro_batch_size"):
@@ -419,7 +422,8 @@ class ParallelConfig:
             _choice("parallel.attention", self.attention, ATTENTION_KINDS)
         if self.zero is not None and (isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3)):
             raise InputError("parallel.zero", self.zero, "0, 1, 2 or 3")
-        for f in ("sequence_parallel", "overlap_grad_reduce", "tp_comm_overlap", "async_tp_allreduce", "overlap_param_gather"):
+        for f in ("sequence_parallel", "overlap_grad_reduce", "tp_comm_overlap", "async_tp_allreduce", "overlap_param_gather",
+                  "moe_a2a_overlap"):
             v = getattr(self, f)
             if v is not None and not isinstance(v, bool):
                 raise InputError(f"parallel.{f}", v, "true, false or null")
@@ -462,7 +466,7 @@ class ParallelConfig:
             "recompute": self.recompute, "sequence_parallel": self.sequence_parallel,
             "zero": self.zero, "schedule": self.schedule, "tp_comm_overlap": self.tp_comm_overlap, "async_tp_allreduce": self.async_tp_allreduce,
             "overlap_grad_reduce": self.overlap_grad_reduce, "overlap_param_gather": self.overlap_param_gather,
-            "attention": self.attention, "etp": self.etp,
+            "attention": self.attention, "etp": self.etp, "moe_a2a_overlap": self.moe_a2a_overlap,
             "layers_per_stage": list(self.layers_per_stage) if self.layers_per_stage else None,
             "zero_shard_degree": self.zero_shard_degree,
         }
@@ -479,4 +483,4 @@ class ParallelConfig:
 
 # Fields whose None means "the engine's default" (planner.engines.resolve).
 ENGINE_FIELDS = ("vpp", "recompute", "sequence_parallel", "zero", "schedule", "overlap_grad_reduce", "tp_comm_overlap",
-                 "async_tp_allreduce", "overlap_param_gather", "attention", "etp")
+                 "async_tp_allreduce", "overlap_param_gather", "attention", "etp", "moe_a2a_overlap")

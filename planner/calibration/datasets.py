@@ -77,14 +77,20 @@ def _recipes() -> dict:
 
 
 def run_recipe(run_id: str) -> tuple[dict, str]:
-    """(parallel fields, source) the run's recipe states and its table leaves out, from the first
-    rule of ``run_recipes.yaml`` whose ``id_regex`` matches ({} and "" when none does)."""
+    """(parallel fields, sources) the run's recipe states and its table leaves out, from the
+    rules of ``run_recipes.yaml`` whose ``id_regex`` matches: for each field the first matching
+    rule that sets it wins ({} and "" when none matches)."""
     import re  # noqa: PLC0415
 
+    fields: dict = {}
+    sources: list[str] = []
     for rule in _recipes()["rules"]:
         if re.search(rule["id_regex"], run_id):
-            return dict(rule.get("parallel") or {}), str(rule["source"])
-    return {}, ""
+            new = {k: v for k, v in (rule.get("parallel") or {}).items() if k not in fields}
+            if new:
+                fields.update(new)
+                sources.append(str(rule["source"]))
+    return fields, "; ".join(sources)
 
 
 def run_engine(run_id: str) -> tuple[str, str]:

@@ -72,7 +72,7 @@ def _same(a: ParallelConfig, b: ParallelConfig) -> list[str]:
     if a.dp * a.cp == 1 and b.dp * b.cp == 1:
         bad = [k for k in bad if k not in ("overlap_grad_reduce", "overlap_param_gather")]
     if a.ep == 1 and b.ep == 1:
-        bad = [k for k in bad if k != "etp"]
+        bad = [k for k in bad if k not in ("etp", "moe_a2a_overlap")]
     return bad
 
 

@@ -124,6 +124,10 @@ def megatron_flags(par: ParallelConfig, old: ParallelConfig, model, legacy: bool
     tco_new = bool(par.tp_comm_overlap and sp_new)
     if tco_new != bool(old.tp_comm_overlap and sp_old):
         want["--tp-comm-overlap"] = True if tco_new else None
+    if bool(par.moe_a2a_overlap) != bool(old.moe_a2a_overlap):
+        want["--overlap-moe-expert-parallel-comm"] = True if par.moe_a2a_overlap else None
+    if par.ep > 1 and (par.etp or par.tp) != (old.etp or old.tp):
+        want["--expert-tensor-parallel-size"] = [str(par.etp or par.tp)]
     return want
 
 

@@ -468,6 +468,8 @@ def _parallel(d: Draft, p: Parsed) -> None:
     if tpo and not sp:
         raise InputError(_src(p, "--tp-comm-overlap"), True, "--sequence-parallel with tp > 1 beside it (ARGS:1441)")
     _set(d, "parallel.tp_comm_overlap", tpo, p, "--tp-comm-overlap", "Megatron default: off (MPC:265)")
+    _set(d, "parallel.moe_a2a_overlap", p.has("--overlap-moe-expert-parallel-comm"), p, "--overlap-moe-expert-parallel-comm",
+         "Megatron default: off (ModelParallelConfig.overlap_moe_expert_parallel_comm)")
     if p.legacy:
         d.set("parallel.async_tp_allreduce", False, "default", "2021 engine: blocking TP all-reduces")
     else:

@@ -283,6 +283,7 @@ def _parallel(d: Draft, s: TitanSettings, shape: dict, cluster) -> None:
         raise InputError(s.where(P + "enable_async_tensor_parallel"), True, "compile.enable with 'model' in compile.components "
                          "(distributed/tensor_parallel.py:16-25)")
     d.set("parallel.tp_comm_overlap", False, s.kind(P + "enable_async_tensor_parallel"), s.where(P + "enable_async_tensor_parallel"))
+    d.default("parallel.moe_a2a_overlap", False, "torchtitan: no expert all-to-all overlap with another micro-batch")
     if asynctp and tp > 1:
         d.unmodelled.append("enable_async_tensor_parallel: async TP (micro-pipelined TP collectives under torch.compile); the "
                             "torchtitan engine profile prices TP collectives exposed")

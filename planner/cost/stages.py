@@ -21,7 +21,7 @@ from planner.cost.memory_peak import stage_peak
 from planner.engines.profile import Engine
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
-__all__ = ["p2p_send_time", "layer_costs", "stage_time_parts", "dense_in", "dense_counts", "stage_memory", "stage_sync", "overlap_exposed",
+__all__ = ["p2p_send_time", "layer_costs", "a2a_merged_fraction", "stage_time_parts", "dense_in", "dense_counts", "stage_memory", "stage_sync", "overlap_exposed",
            "embedding_sync_time", "StageSync", "host_exposed", "stage_fw"]
 
 
@@ -40,20 +40,38 @@ def p2p_send_time(model: ModelSpec, cluster: ClusterSpec, job: Job, tp: int, pp:
     return p2p_time(degree_links(cluster, tp, cp, dp, pp)["pp"], mb * job.seq_len / cp * model.hidden * 2 / tp)
 
 
-def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, C: Constants) -> tuple:
+def a2a_merged_fraction(par: ParallelConfig, m: int) -> float:
+    """The share of a rank's passes that Megatron-core's combined 1F1B merges with a pass of
+    another micro-batch (``--overlap-moe-expert-parallel-comm``): every pass but the warm-up
+    forwards and the cool-down backwards. Without a pipeline the first forward and the last
+    backward run alone (combined_1f1b_schedule_for_no_pipelining); interleaved, rank 0 runs
+    2 (p - 1) + (v - 1) p + 1 warm-up chunk forwards (schedules.py
+    get_pp_rank_microbatches: one more than without the overlap) and as many lone backwards."""
+    if par.pp <= 1:
+        return max(0.0, (m - 1) / m)
+    total = m * par.vpp
+    warm = min(total, 2 * (par.pp - 1) + (par.vpp - 1) * par.pp + 1)
+    return (total - warm) / total
+
+
+def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, C: Constants, merged: float | None = None) -> tuple:
     """Per layer and micro-batch on one GPU: (dense costs, MoE costs, last-stage extra,
     per-stage pipeline send/recv, raw times), each cost a dict of seconds by kind.
+    ``merged``: the share of passes whose expert all-to-all overlaps another micro-batch's
+    compute (default: :func:`a2a_merged_fraction` when ``par.moe_a2a_overlap``, else 0).
 
     Cached on the fields that matter (not ZeRO or the layer split), so the search reuses it."""
+    if merged is None:
+        merged = a2a_merged_fraction(par, par.num_microbatches(job.global_batch_size)) if par.moe_a2a_overlap else 0.0
     key = (par.tp, par.pp, par.dp, par.cp, par.ep, par.vpp, par.micro_batch_size, par.recompute,
            bool(par.sequence_parallel and par.tp > 1), bool(par.tp_comm_overlap), bool(par.async_tp_allreduce), par.attention == "flash",
-           par.etp or par.tp)
+           par.etp or par.tp, merged)
     return _layer_costs(model, cluster, job, key, C)
 
 
 @lru_cache(maxsize=65536)
 def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C: Constants) -> tuple:
-    tp, pp, dp, cp, ep, v, mb, rec, sp, tpo, asy, flash, etp = key
+    tp, pp, dp, cp, ep, v, mb, rec, sp, tpo, asy, flash, etp, merged = key
     gpu = cluster.gpu
     prec = job.precision
     s = job.seq_len
@@ -101,6 +119,13 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
             "cp_comm": cp_fwd + cp_bwd + (cp_fwd if full else 0.0),
             "ep_comm": 2 * a2a + (a2a if full else 0.0),
         }
+        if moe and merged > 0.0:
+            # Combined 1F1B: a merged pass runs one micro-batch's forward and another's backward
+            # layer by layer, each one's dispatch and combine under the other's compute
+            # (combined_1f1b.py); the shared overlap efficiency of SM-competing collectives
+            # applies (constants.COMM_COMPUTE_OVERLAP_EFFICIENCY). Full recompute is excluded.
+            hidden = out["ep_comm"] - max(0.0, out["ep_comm"] - C.COMM_COMPUTE_OVERLAP_EFFICIENCY * (lt.fwd_s + lt.bwd_s))
+            out["ep_comm"] -= merged * hidden
         kf, kb = layer_kernels(model, tp, sp, flash, moe, ep)
         out["host"] = host_exposed(sum(out.values()), C.HOST_SECONDS_PER_KERNEL * (kf + kb + (kf if full else 0)), C)
         return out

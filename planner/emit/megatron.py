@@ -176,8 +176,13 @@ def _parallel_args(v: PlanView) -> list[str]:
     a: list[object] = ["--tensor-model-parallel-size", p.tp, "--pipeline-model-parallel-size", p.pp,
                        "--context-parallel-size", p.cp]
     if v.model.moe is not None:
-        # ETP = TP pins the expert grid that planner.emit.layout documents.
-        a += ["--expert-model-parallel-size", p.ep, "--expert-tensor-parallel-size", p.tp]
+        # The plan's expert tensor degree (tp unless the expert group spans the tensor ranks);
+        # the rank map (planner.emit.bundle) says when it differs from tp.
+        a += ["--expert-model-parallel-size", p.ep, "--expert-tensor-parallel-size", getattr(p, "etp", None) or p.tp]
+        if getattr(p, "moe_a2a_overlap", False):
+            # combined 1F1B: the expert all-to-all under another micro-batch's compute
+            # (ModelParallelConfig.overlap_moe_expert_parallel_comm)
+            a.append("--overlap-moe-expert-parallel-comm")
     if p.sequence_parallel and p.tp > 1:  # Megatron drops SP with a warning when TP == 1 (ARGS:1433-1439)
         a.append("--sequence-parallel")
         if p.tp_comm_overlap:  # TE userbuffer overlap of the SP all-gather/reduce-scatter (needs SP)

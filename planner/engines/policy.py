@@ -23,7 +23,8 @@ from planner.engines.profile import Engine
 from planner.errors import InputError
 from planner.specs import ENGINE_FIELDS, ClusterSpec, GpuSpec, Job, ModelSpec, ParallelConfig
 
-__all__ = ["supports_flash", "resolve", "engine_flags", "check_engine", "default_split", "interleaving_ok", "least_layers", "default_etp"]
+__all__ = ["supports_flash", "resolve", "engine_flags", "check_engine", "default_split", "interleaving_ok", "least_layers", "default_etp",
+           "a2a_overlap_runs", "a2a_overlap_why"]
 
 
 def supports_flash(gpu: GpuSpec) -> bool:
@@ -102,6 +103,29 @@ def engine_flags(engine: Engine, gpu: GpuSpec, tp: int, zero: int, given: dict |
     return out
 
 
+def a2a_overlap_runs(engine: Engine, model: ModelSpec, par: ParallelConfig) -> str | None:
+    """Why ``engine`` cannot overlap the expert all-to-all of ``par`` (None when it can):
+    Megatron-core's combined 1F1B (``--overlap-moe-expert-parallel-comm``) needs an MoE model,
+    expert parallelism, no full recompute and, with a pipeline, the interleaved schedule
+    (megatron/core/transformer/transformer_config.py, the overlap_moe_expert_parallel_comm asserts)."""
+    return a2a_overlap_why(engine, model, par.ep, par.recompute, par.pp, par.vpp or 1, par.schedule)
+
+
+def a2a_overlap_why(engine: Engine, model: ModelSpec, ep: int, recompute: str | None, pp: int, vpp: int, schedule: str | None) -> str | None:
+    """:func:`a2a_overlap_runs` from the degrees alone (the search's form)."""
+    if not engine.moe_a2a_overlap:
+        return f"{engine.name} has no expert all-to-all overlap"
+    if model.moe is None or model.moe_layers == 0:
+        return "an MoE model"
+    if ep <= 1:
+        return "expert parallelism (ep > 1)"
+    if recompute == "full":
+        return "no full recompute"
+    if pp > 1 and not (vpp > 1 and schedule == "interleaved"):
+        return "the interleaved schedule (vpp > 1) with pipeline parallelism"
+    return None
+
+
 def default_etp(tp: int, dp: int, cp: int, ep: int) -> int:
     """Expert tensor parallelism: Megatron-core's default is tp; an expert-parallel group larger
     than dp x cp is only possible with ``--expert-tensor-parallel-size 1`` (the expert grid
@@ -147,6 +171,9 @@ def resolve(par: ParallelConfig, model: ModelSpec, cluster: ClusterSpec, job: Jo
     flags = engine_flags(engine, cluster.gpu, par.tp, zero, {k: getattr(par, k) for k in _FLAG_FIELDS}, par.pp)
     ch.update({k: v for k, v in flags.items() if getattr(par, k) is None})
     out = replace(par, **ch) if ch else par
+    if par.moe_a2a_overlap is None:
+        ch["moe_a2a_overlap"] = a2a_overlap_runs(engine, model, out) is None
+        out = replace(out, moe_a2a_overlap=ch["moe_a2a_overlap"])
     return out, tuple(k for k in ("dp",) + ENGINE_FIELDS if k in ch)
 
 
@@ -177,6 +204,9 @@ def check_engine(model: ModelSpec, job: Job, par: ParallelConfig, engine: Engine
         raise InputError("parallel.recompute", par.recompute, f"one of {', '.join(engine.recompute)} on {e}")
     if par.tp_comm_overlap and not (engine.tp_comm_overlap and par.sequence_parallel):
         raise InputError("parallel.tp_comm_overlap", True, f"false on {e} without sequence parallelism or TP overlap")
+    if par.moe_a2a_overlap and (why := a2a_overlap_runs(engine, model, par)) is not None:
+        raise InputError("parallel.moe_a2a_overlap", True, f"false on {e} (the expert all-to-all overlap needs {why})"
+                         if engine.moe_a2a_overlap else f"false ({why})")
     if par.attention == "flash" and not engine.flash_attention:
         raise InputError("parallel.attention", "flash", f"unfused on {e}")
     if par.pp > 1 and par.schedule not in engine.schedules:

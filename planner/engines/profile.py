@@ -154,6 +154,7 @@ class Engine:
     notes: tuple[str, ...] = ()
     memory: MemoryProfile = MemoryProfile()
     padded_interleaving: bool = False  # noop layers pad rank 0's first and the last rank's last chunk (ZB fork)
+    moe_a2a_overlap: bool = False  # the expert all-to-all overlapped with another micro-batch's compute
 
     @property
     def zero_stages(self) -> tuple[int, ...]:
@@ -219,6 +220,7 @@ def _from_dict(d: dict, where: str) -> Engine:
         default_schedule=str(dflt.get("schedule", "1f1b")),
         sources=tuple(d.get("sources") or ()), notes=tuple(d.get("notes") or ()),
         memory=_memory(d.get("memory") or {}, where), padded_interleaving=bool(feats.get("padded_interleaving", False)),
+        moe_a2a_overlap=bool(feats.get("moe_a2a_overlap", False)),
     )
 
 

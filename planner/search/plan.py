@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from planner.cost.constants import DEFAULT_CONSTANTS, Constants
 from planner.cost.estimate import Estimate, price
 from planner.cost.rules import check_precision
-from planner.engines import AUTO, AUTO_ENGINES, default_etp, default_split, engine_flags, get_engine
+from planner.engines import AUTO, AUTO_ENGINES, a2a_overlap_why, default_etp, default_split, engine_flags, get_engine
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
 from planner.search.bounds import (SPLIT_MIN_GAIN, memory_bound_fn, only_split, p2p_per_stage, per_layer_time,  # noqa: F401
                                    split_gain, split_may_help, states_bound_fn, step_lower_bound)
@@ -261,7 +261,10 @@ def plan(
             flag_cache[fk] = engine_flags(eng, cluster.gpu, tp, z, given, pp)
         f = flag_cache[fk]
         etp = fixed.get("etp") or default_etp(tp, dp, cp, ep)
-        lk = (tp, cp, ep, mb, rec, f["sequence_parallel"], f["tp_comm_overlap"], f["async_tp_allreduce"], f["attention"], etp)
+        a2a = fixed.get("moe_a2a_overlap")
+        if a2a is None:
+            a2a = a2a_overlap_why(eng, model, ep, rec, pp, v, sched) is None
+        lk = (tp, cp, ep, mb, rec, f["sequence_parallel"], f["tp_comm_overlap"], f["async_tp_allreduce"], f["attention"], etp, a2a)
         if lk not in per_layer_cache:
             per_layer_cache[lk] = per_layer_time(model, cluster, job, lk, C)
         m = job.global_batch_size // (mb * dp)
@@ -292,6 +295,8 @@ def plan(
         par = to_parallel(t, fixed).replace(**f)
         if par.etp is None:
             par = par.replace(etp=default_etp(tp, dp, cp, ep))
+        if par.moe_a2a_overlap is None:
+            par = par.replace(moe_a2a_overlap=a2a_overlap_why(eng, model, ep, rec, pp, v, sched) is None)
         evaluated += 1
         lps = lps_fixed or default_split(model, pp, v, eng)
         may_split = par.pp > 1 and opts.uneven_split and lps_fixed is None

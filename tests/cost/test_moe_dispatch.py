@@ -40,3 +40,64 @@ def test_expert_tensor_parallelism_adds_only_the_gather():
     t1 = layer_costs(model, cluster, job, ParallelConfig(**base, etp=1), C)[4]["t_a2a"]
     t2 = layer_costs(model, cluster, job, ParallelConfig(**base, etp=2), C)[4]["t_a2a"]
     assert t2 > t1 and t2 - t1 < 0.5 * t1  # the NVLink gather is a fraction of the IB all-to-all
+
+
+# --- Megatron-core's expert all-to-all overlap (--overlap-moe-expert-parallel-comm) ------------
+
+from planner.cost.memory_schedule import moment_table  # noqa: E402
+from planner.cost.stages import a2a_merged_fraction  # noqa: E402
+from planner.engines import a2a_overlap_runs, get_engine  # noqa: E402
+from planner.cost.estimate import estimate  # noqa: E402
+from planner.errors import InputError  # noqa: E402
+
+
+def test_merged_fraction_by_hand():
+    # no pipeline: the first forward and the last backward run alone
+    assert a2a_merged_fraction(ParallelConfig(tp=1, pp=1, dp=8, vpp=1), 8) == pytest.approx(7 / 8)
+    # interleaved p 4, v 2, m 8: rank 0 runs 2 (4 - 1) + (2 - 1) 4 + 1 = 11 of 16 chunk forwards alone
+    assert a2a_merged_fraction(ParallelConfig(tp=1, pp=4, dp=8, vpp=2, schedule="interleaved"), 8) == pytest.approx(5 / 16)
+
+
+def test_overlap_hides_the_all_to_all_under_the_other_micro_batch():
+    model = load_model("mixtral-8x7b")
+    cluster = make_cluster("h100-sxm5-80gb", 64)
+    job = Job(4096, 512, "bf16")
+    base = dict(tp=1, pp=1, dp=64, ep=8, vpp=1, micro_batch_size=1, recompute="none", sequence_parallel=False, zero=1,
+                attention="flash", tp_comm_overlap=False, async_tp_allreduce=True, etp=1)
+    off = layer_costs(model, cluster, job, ParallelConfig(**base, moe_a2a_overlap=False), C)
+    on = layer_costs(model, cluster, job, ParallelConfig(**base, moe_a2a_overlap=True), C)
+    full = off[1]["ep_comm"]
+    assert full == pytest.approx(4 * off[4]["t_a2a"])  # dispatch + combine, forward and backward
+    compute = off[1]["compute"]
+    m = 512 // 64
+    hidden = min(full, C.COMM_COMPUTE_OVERLAP_EFFICIENCY * compute)
+    assert on[1]["ep_comm"] == pytest.approx(full - (m - 1) / m * hidden, rel=1e-12)
+    assert on[0] == off[0]  # dense layers have no all-to-all
+    e_off = estimate(model, cluster, job, ParallelConfig(**base, moe_a2a_overlap=False))
+    e_on = estimate(model, cluster, job, ParallelConfig(**base, moe_a2a_overlap=True))
+    assert e_on.step_time_s < e_off.step_time_s
+    assert e_on.memory_peak_bytes > e_off.memory_peak_bytes  # two micro-batches in flight
+
+
+def test_overlap_holds_one_more_warmup_forward():
+    for pp, v, rank in ((1, 1, 0), (4, 2, 0), (4, 2, 3)):
+        sched = "interleaved" if v > 1 else "1f1b"
+        a, b = moment_table(sched, rank, pp, v, 16), moment_table(sched, rank, pp, v, 16, extra_warmup=1)
+        assert b.warmup == a.warmup + 1
+        assert b.held.sum(axis=1).max() == a.held.sum(axis=1).max() + 1
+
+
+@pytest.mark.parametrize("engine,change,why", [
+    (None, {"recompute": "full"}, "no full recompute"),
+    (None, {"pp": 2, "dp": 32, "vpp": 1}, "interleaved"),
+    (None, {"ep": 1}, "expert parallelism"),
+    ("torchtitan", {"zero": 3}, "no expert all-to-all overlap"),
+])
+def test_overlap_refused_where_the_engine_does_not_run_it(engine, change, why):
+    model = load_model("mixtral-8x7b")
+    par = ParallelConfig(**{**dict(tp=1, pp=1, dp=64, ep=8, micro_batch_size=1, recompute="none", zero=1), **change},
+                         moe_a2a_overlap=True)
+    assert why in (a2a_overlap_runs(get_engine(engine), model, par) or "")
+    with pytest.raises(InputError) as info:
+        estimate(model, make_cluster("h100-sxm5-80gb", 64), Job(4096, 512), par, engine)
+    assert info.value.field == "parallel.moe_a2a_overlap"

@@ -50,8 +50,17 @@ def _odd_doc() -> dict:
     return doc
 
 
+def _a2a_overlap_doc(etp: int) -> dict:
+    """DeepSeek-V3 on pp 16 x vpp 3 with ep 8, selective recompute and the expert all-to-all
+    overlap (--overlap-moe-expert-parallel-comm); etp 1 or tp."""
+    doc = copy.deepcopy(load("deepseek_v3_1024gpu"))
+    doc["plans"][2]["parallel"].update(recompute="selective", moe_a2a_overlap=True, etp=etp)
+    return doc
+
+
 CASES = {f"{fx}-{r}": (load(fx), r) for fx, r in MEGATRON_PLANS}
-CASES.update({"layout-vpp1": (_layout_doc(1), 1), "layout-vpp2": (_layout_doc(2), 1), "odd-chunks-vpp2": (_odd_doc(), 1)})
+CASES.update({"layout-vpp1": (_layout_doc(1), 1), "layout-vpp2": (_layout_doc(2), 1), "odd-chunks-vpp2": (_odd_doc(), 1),
+              "a2a-overlap-etp1": (_a2a_overlap_doc(1), 3), "a2a-overlap-etp-tp": (_a2a_overlap_doc(2), 3)})
 
 
 def _controls() -> list[dict]:
@@ -104,6 +113,8 @@ def test_megatron_lm_accepts(megatron_results, name):
         assert (a["num_experts"], a["moe_router_topk"], a["expert_model_parallel_size"]) == (m.moe.experts, m.moe.top_k, p.ep)
         # initialize_model_parallel: the expert grid etp x ep x pp tiles the world (parallel_state.py)
         assert v.world % (a["expert_tensor_parallel_size"] * p.ep * p.pp) == 0
+        assert a["expert_tensor_parallel_size"] == (p.etp or p.tp)
+        assert a["overlap_moe_expert_parallel_comm"] == a["config_overlap_moe_expert_parallel_comm"] == bool(p.moe_a2a_overlap)
     assert a["use_distributed_optimizer"] == (p.zero >= 1)
     assert a["use_megatron_fsdp"] == (p.zero >= 2)
     if p.zero >= 2:
