@@ -3,7 +3,7 @@
 Every flag of ``pretrain_gpt.py`` is classified (``data/megatron_flags.yaml``); the cost flags
 are mapped here with Megatron-LM's own defaults and rules (``ARGS`` = the snapshot's
 megatron/training/arguments.py, ``TC`` = transformer_config.py, ``MPC`` = model_parallel_config.py;
-/work/notes/megatron.md has the line numbers). Settings Megatron leaves off when absent (the
+docs/research/megatron.md has the line numbers). Settings Megatron leaves off when absent (the
 overlaps, the distributed optimizer) are set off explicitly, not left to the planner's
 engine defaults. Flags of the 2021 engine (``--DDP-impl``, ``--activations-checkpoint-method``)
 make the job a ``megatron-legacy`` one.

@@ -7,7 +7,7 @@ parameters (``tok_embeddings``, ``attention.wq``/``wkv_a``/``wkv_b``, ``feed_for
 
 torchtitan 0.2.2 imports triton kernels at import time (torchtitan/models/moe/kernels.py:8);
 on a machine without triton only that torchtitan module is replaced by a stand-in that raises
-if called (the notes' workaround, /work/notes/titan_deepspeed.md sec. 0): building on the meta
+if called (the notes' workaround, docs/research/titan_deepspeed.md sec. 0): building on the meta
 device never calls it.
 """
 

@@ -241,7 +241,7 @@ def read_titan_py(path: Path, function: str | None) -> Draft:
     s = TitanSettings(values, path, "0.3.0", defaults)
     d = titan_draft(s, path, "torchtitan-config")
     d.notes.append(f"torchtitan 0.3.0 config {path.name}:{function}(), read with ast; flavor shapes from torchtitan 0.2.2's "
-                   "registry (the 0.3.0 parameter counts are the same, /work/notes/titan_deepspeed.md B.3)")
+                   "registry (the 0.3.0 parameter counts are the same, docs/research/titan_deepspeed.md B.3)")
     base = getattr(cfg, "imported", None)
     if base:
         d.notes.append(f"the config starts from {cfg.func}() of {base.rsplit('.', 1)[0]}, not read here: what it sets and "

@@ -1,7 +1,7 @@
 """DeepSpeed: the JSON config, a hostfile and a ``deepspeed`` launcher script.
 
 Keys follow DeepSpeed 0.19.8 (``deepspeed/runtime/config.py``, ``docs/_pages/config-json.md``;
-/work/notes/titan_deepspeed.md sec. C). Only plans a DeepSpeed engine runs are written
+docs/research/titan_deepspeed.md sec. C). Only plans a DeepSpeed engine runs are written
 (:func:`planner.emit.common.for_engine`): the plan's own engine when it is ``deepspeed`` or
 ``megatron-deepspeed``, else ``deepspeed`` (``megatron-deepspeed`` when the plan has tensor
 parallelism, which DeepSpeed gets from Megatron-DeepSpeed's model code). Those profiles carry

@@ -3,7 +3,7 @@ of the plan and every model feature Megatron needs to build that model.
 
 Flag names are those of the Megatron-LM snapshot in ``shared/engines/megatron-lm``
 (megatron-core 0.20.0; ``megatron/training/arguments.py`` = ARGS, ``transformer_config.py`` =
-TC; the line numbers are in /work/notes/megatron.md). Most flags are the dashed field names of
+TC; the line numbers are in docs/research/megatron.md). Most flags are the dashed field names of
 ``TransformerConfig`` / ``ModelParallelConfig``; the uneven pipeline and VPP flags are
 ARGS:3095-3117. Only plans megatron-core runs are written (:func:`planner.emit.common.for_engine`
 with the ``megatron-core`` profile): ZeRO-2/3 is Megatron-FSDP, which the profile does not run

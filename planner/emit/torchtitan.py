@@ -4,7 +4,7 @@
 Only plans torchtitan runs are written: the ``torchtitan`` engine profile
 (:func:`planner.emit.common.for_engine`), a model torchtitan ships a flavor for
 (:mod:`planner.emit.titan_flavors`), and torchtitan's own rules cited below (0.2.2 paths are
-``torchtitan/...`` of the wheel; notes in /work/notes/titan_deepspeed.md sec. A, B).
+``torchtitan/...`` of the wheel; notes in docs/research/titan_deepspeed.md sec. A, B).
 
 Mapping: ``dp_replicate x dp_shard x cp x tp x pp = world`` (distributed/parallel_dims.py);
 the planner's DP is the FSDP axis ``data_parallel_shard_degree`` (HSDP when the plan shards

@@ -1,4 +1,4 @@
-"""The restricted bash reader: the forms Megatron-LM's example scripts use (notes/megatron.md
+"""The restricted bash reader: the forms Megatron-LM's example scripts use (docs/research/megatron.md
 sec. 7), each checked against what bash itself does."""
 
 from __future__ import annotations

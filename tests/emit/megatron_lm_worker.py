@@ -1,7 +1,7 @@
 """Run Megatron-LM's own argument checks on emitted launch arguments (one process, many plans).
 
 Started by test_megatron_lm.py with the Megatron-LM snapshot first on PYTHONPATH (so that
-``megatron.core`` is the snapshot's, not the pip wheel's: /work/notes/megatron.md sec. 6). Reads
+``megatron.core`` is the snapshot's, not the pip wheel's: docs/research/megatron.md sec. 6). Reads
 a JSON list of cases from stdin ({"name", "argv", "env"}), writes one JSON object per case to
 stdout, each on a line starting with ``RESULT `` (Megatron logs to stdout too). Per case, in the order pretrain_gpt.py meets them:
 

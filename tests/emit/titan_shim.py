@@ -1,5 +1,5 @@
 """Import before any torchtitan import on a CPU-only torch (no triton): the notes' stub
-(/work/notes/scripts/tt030_triton_stub.py). torchtitan imports triton kernels at import time:
+(the notes' stub, docs/research/titan_deepspeed.md). torchtitan imports triton kernels at import time:
 0.2.2 through torchtitan/models/moe/kernels.py:8 (reached from torchtitan/__init__.py), 0.3.0
 through torchtitan/distributed/minimal_async_ep/kernels.py:10 (reached from every model). Only
 those torchtitan kernel modules are replaced (any attribute is a function that raises when
