@@ -37,9 +37,11 @@ _REPO = Path(__file__).resolve().parents[2] / "validation"
 def data_dir() -> Path:
     """The folder of the shipped runs files (the wheel's package data, else the repository's)."""
     try:
-        installed = Path(str(resources.files("planner._validation")))
-        if (installed / "public_runs.json").is_file():
-            return installed
+        # a namespace package (no __init__.py) gives a MultiplexedPath whose str() is not a
+        # folder: ask it for the file and take the file's folder
+        installed = resources.files("planner._validation").joinpath("public_runs.json")
+        if installed.is_file():
+            return Path(str(installed)).parent
     except ModuleNotFoundError:
         pass
     return _REPO

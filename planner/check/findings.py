@@ -137,15 +137,18 @@ def _overlaps(cj: CheckedJob, e: Estimate) -> list[Finding]:
     tp_exposed = e.time_breakdown_s.get("tp_comm_exposed_s", 0.0)
     tries = []
     if not p.overlap_grad_reduce and eng.overlap_grad_reduce and p.dp * p.cp > 1:
-        tries.append(("overlap_grad_reduce", {"overlap_grad_reduce": True}, dp_exposed, "data-parallel gradient reduction"))
+        tries.append(("overlap_grad_reduce", {"overlap_grad_reduce": True}, dp_exposed, "data-parallel traffic",
+                      "the gradient reduction beside the backward"))
     if not p.overlap_param_gather and eng.overlap_param_gather and p.zero in (1, 2) and p.dp * p.cp > 1:
-        tries.append(("overlap_param_gather", {"overlap_param_gather": True, "overlap_grad_reduce": True}, dp_exposed, "ZeRO weight all-gather"))
+        tries.append(("overlap_param_gather", {"overlap_param_gather": True, "overlap_grad_reduce": True}, dp_exposed, "data-parallel traffic",
+                      "the ZeRO weight all-gather beside the next forward"))
     if not p.tp_comm_overlap and eng.tp_comm_overlap and p.sequence_parallel and p.tp > 1:
-        tries.append(("tp_comm_overlap", {"tp_comm_overlap": True}, tp_exposed, "tensor-parallel all-gather/reduce-scatter"))
-    for name, fields, exposed, what in tries:
+        tries.append(("tp_comm_overlap", {"tp_comm_overlap": True}, tp_exposed, "tensor-parallel all-gather/reduce-scatter",
+                      "each all-gather/reduce-scatter pipelined with its GEMM"))
+    for name, fields, exposed, what, how in tries:
         alt = what_if(cj, **fields)
         if alt is not None and alt.step_time_s < step * 0.999:
             out.append(Finding("hidden-by-engine-option", "warning", f"{exposed:.3g} s of {what} is exposed; {name.replace('_', '-')} "
-                               f"would hide {step - alt.step_time_s:.3g} s of it ({_pct(step - alt.step_time_s, step)}% of the step)",
+                               f"({how}) would save {step - alt.step_time_s:.3g} s of it ({_pct(step - alt.step_time_s, step)}% of the step)",
                                {"option": name, "exposed_s": exposed, "step_s": step, "step_s_with_option": alt.step_time_s}))
     return out

@@ -98,7 +98,8 @@ def render_text(r: CheckReport, verbose: bool = False) -> str:
         ce = ch.estimate
         gain = 100 * ch.gain_s / e.step_time_s
         fit = f"{ce.memory_peak_bytes / GIB:.1f} GiB" + ("" if ce.fits else " DOES NOT FIT")
-        L.append(f"  {i}. {ch.label}: step {_fmt_s(ce.step_time_s)} ({gain:+.1f}%), MFU {100 * ce.mfu:.1f}%, {fit}")
+        how = f"{abs(gain):.1f}% {'faster' if ch.gain_s > 0 else 'slower'}" if ch.gain_s else "the same"
+        L.append(f"  {i}. {ch.label}: step {_fmt_s(ce.step_time_s)} ({how}), MFU {100 * ce.mfu:.1f}%, {fit}")
         L.append(f"     {_par_line(ch.parallel)}")
         if ed is not None:
             for line in ed.summary:

@@ -193,8 +193,11 @@ def collective_command(
             f"{op} of {fmt_bytes(d['bytes'])} over {gpus} x {where['gpu']} ({plural(where['nodes'], 'node')}; levels {', '.join(where['levels'])}): "
             f"{d['algorithm']}, {_t(d['time_s'])}, algbw {sig(d['algbw_gbps'])} GB/s, busbw {sig(d['busbw_gbps'])} GB/s"
         )
-        others = ", ".join(f"{a} {_t(t)}" for a, t in sorted(times.items(), key=lambda kv: kv[1]))
-        typer.echo(f"  algorithms: {others}")
+        from planner.cost.collectives import NOT_IN_NCCL  # noqa: PLC0415
+
+        others = ", ".join(f"{a} {_t(t)}" + (" (not in NCCL)" if a in NOT_IN_NCCL else "")
+                           for a, t in sorted(times.items(), key=lambda kv: kv[1]))
+        typer.echo(f"  algorithms: {others}; the headline is the fastest NCCL runs")
         return
     if as_json:
         typer.echo(json.dumps({"op": op, "gpus": gpus, **where, "rows": rows}, indent=2))

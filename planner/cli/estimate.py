@@ -76,6 +76,13 @@ def estimate_cmd(
         if est.resolved:
             con.print(f"engine defaults ({setup.engine}): " + ", ".join(f"{k}={getattr(est.parallel, k)}" for k in est.resolved))
     if not est.fits:
+        import sys  # noqa: PLC0415
+
+        cap = setup.cluster.gpu.memory_bytes * (1 - C.MEMORY_MARGIN_FRACTION)
+        print(f"does not fit: stage {est.memory_peak_stage} needs {est.memory_peak_bytes / 2**30:.1f} GiB per GPU, "
+              f"{cap / 2**30:.1f} GiB usable ({setup.cluster.gpu.memory_bytes / 2**30:.1f} GiB less the "
+              f"{100 * C.MEMORY_MARGIN_FRACTION:.0f}% margin); `planner plan` with the same fixed flags finds what fits",
+              file=sys.stderr)
         raise typer.Exit(1)
 
 

@@ -37,6 +37,27 @@ MbOpt = Annotated[Optional[int], typer.Option("--micro-batch-size", "--mb", help
 SchedOpt = Annotated[Optional[str], typer.Option("--schedule", help="Pipeline schedule: 1f1b | interleaved | gpipe | zb-h1 | zb-h2 | zb-v | dualpipe (those the engine runs); plan takes a comma list to search among.")]
 
 
+def check_schedules(names: tuple[str, ...], engine: str | None) -> None:
+    """Every schedule of a ``--schedule`` list must be one the engine runs (under ``--engine
+    auto``, one of the engines it searches): a listed schedule is never dropped silently."""
+    from planner.engines import AUTO, AUTO_ENGINES, get_engine  # noqa: PLC0415
+    from planner.errors import InputError  # noqa: PLC0415
+
+    engines = [get_engine(e) for e in AUTO_ENGINES] if (engine or "").lower() == AUTO else [get_engine(engine)]
+    runs = {s for e in engines for s in e.schedules}
+    bad = [s for s in names if s not in runs]
+    if bad:
+        who = "the engines --engine auto searches" if len(engines) > 1 else engines[0].name
+        hint = "; ".join(f"{s} runs on " + ", ".join(e.name for e in map(get_engine, _all_engines()) if s in e.schedules) for s in bad)
+        raise InputError("--schedule", ",".join(bad), f"schedules {who} runs ({', '.join(sorted(runs))}); {hint}")
+
+
+def _all_engines() -> tuple[str, ...]:
+    from planner.engines import ENGINE_NAMES  # noqa: PLC0415
+
+    return ENGINE_NAMES
+
+
 def schedule_list(flag: str | None) -> tuple[str | None, tuple[str, ...] | None]:
     """``--schedule`` of ``plan``: one schedule fixes it; a comma list (``1f1b,zb-v``) is the set the
     search tries. Returns (fixed schedule or None, schedules to try or None)."""

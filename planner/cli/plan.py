@@ -59,10 +59,14 @@ def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, net
     from planner.search.plan import plan  # noqa: PLC0415
 
     schedule, schedules = O.schedule_list(schedule)
+    if engine is None and emit in ("torchtitan", "deepspeed"):
+        engine = emit  # plans for the engine the files are for (an explicit --engine wins)
     setup = setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len,
                            global_batch_size, precision, attention, scenario, id, engine, grad_reduce, profile, tp=tp, pp=pp, dp=dp,
                            cp=cp, ep=ep, vpp=vpp, micro_batch_size=micro_batch_size, recompute=recompute,
                            sequence_parallel=sequence_parallel, zero=zero, schedule=schedule, allow_auto=True)
+    if schedules:
+        O.check_schedules(schedules, setup.engine)
     opts = setup.options(allow_tp_across_nodes=allow_tp_across_nodes, memory_margin=O.check_margin(memory_margin), schedules=schedules)
     from planner.cost.flops import param_count  # noqa: PLC0415
 

@@ -258,7 +258,7 @@ def render_explanation(x: Explanation, label: str = "plan") -> Group:
         Text(f"The peak is on stage {e.memory_peak_stage}. Each stage's peak moment:"),
         *_memory_moments(e),
         Text(""),
-        Text("Changes that would help most (one knob at a time, predicted)", style="bold"),
+        Text("Nearest changes, best first (one knob at a time, predicted)", style="bold"),
     ]
     if not x.changes:
         parts.append(Text("  no valid neighbouring configuration"))
@@ -267,7 +267,8 @@ def render_explanation(x: Explanation, label: str = "plan") -> Group:
         pct = 100 * c.delta_s / e.step_time_s
         fit = f"fits, {gib(ce.memory_peak_bytes)} GiB" if c.fits else f"does NOT fit, {gib(ce.memory_peak_bytes)} GiB"
         style = "green" if c.fits and c.delta_s < 0 else ("red" if not c.fits else "")
-        parts.append(Text(f"  {i}. {c.label}: step {fmt_time(ce.step_time_s)} ({pct:+.1f}%, {c.delta_s:+.3g} s), {fit}", style=style))
+        how = f"{abs(pct):.1f}% {'slower' if c.delta_s > 0 else 'faster'}, {c.delta_s:+.3g} s" if c.delta_s else "the same"
+        parts.append(Text(f"  {i}. {c.label}: step {fmt_time(ce.step_time_s)} ({how}), {fit}", style=style))
     if x.changes and all(c.delta_s >= 0 or not c.fits for c in x.changes):
         parts.append(Text("  no single change is faster and fits: the plan is a local optimum of the cost model"))
     return Group(*parts)

@@ -17,7 +17,7 @@ communication crosses); nothing here prices anything.
 
 from __future__ import annotations
 
-from planner.units import GIB, fmt_time, plural
+from planner.units import GIB, fmt_time, gib, plural
 
 __all__ = ["TERMS", "TIE_PCT", "step_terms", "bound_label", "knob_changes", "recommendation"]
 
@@ -135,8 +135,9 @@ def recommendation(plans: list) -> str:
     else:
         head = f"recommended: #1 is {pct:.1f}% faster than #2" + (f" ({', '.join(knobs)})" if knobs else "")
     line = f"{head}: {', '.join(parts)}"
-    close = sum(1 for p in plans if p.estimate.step_time_s <= e1.step_time_s * 1.01)
-    if close > 1:
-        line += (f"; {plural(close, 'plan')} within 1% of #1, closer than the cost model can rank:"
-                 " pick among them by memory headroom")
+    near = [p for p in plans if p.estimate.step_time_s <= e1.step_time_s * 1.01]
+    if len(near) > 1:
+        roomy = min(near, key=lambda p: (p.estimate.memory_peak_bytes, p.rank))
+        line += (f"; {plural(len(near), 'plan')} within 1% of #1, closer than the cost model can rank:"
+                 f" pick among them by memory headroom (#{roomy.rank} needs the least, {gib(roomy.estimate.memory_peak_bytes)} GiB)")
     return line

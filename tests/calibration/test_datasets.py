@@ -59,3 +59,16 @@ def test_recipe_expert_tensor_degree_reaches_the_prediction():
     run = next(r for r in ALL["modern"] if r.id == "mb2509-deepseek_v3-dropless-fp8-1024h100")
     res, _ = validate_runs([run], median=False)
     assert res[0].parallel.tp == 2 and res[0].parallel.etp == 1 and res[0].from_recipe.get("etp") == 1
+
+
+def test_data_dir_finds_the_wheels_package_data(monkeypatch, tmp_path):
+    """An installed wheel holds the runs files in planner/_validation, a folder without
+    __init__.py: importlib gives a MultiplexedPath there, whose str() is not a path."""
+    from importlib import resources
+    from importlib.resources.readers import MultiplexedPath
+
+    import planner.calibration.datasets as D
+
+    (tmp_path / "public_runs.json").write_text("{}")
+    monkeypatch.setattr(resources, "files", lambda name: MultiplexedPath(tmp_path) if name == "planner._validation" else None)
+    assert D.data_dir() == tmp_path

@@ -27,3 +27,16 @@ def test_schedule_list_names_the_bad_entry():
     code, _, err = _run(["plan", "--schedule", "1f1b,zb-x"])
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "--schedule" in err and "1f1b,zb-x" in err and "comma list" in err
+
+
+def test_a_schedule_the_engine_does_not_run_is_refused_not_dropped():
+    code, _, err = _run(["plan", "--schedule", "1f1b,zb-h1,zb-v"])
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "got 'zb-h1,zb-v'" in err and "megatron-core runs (1f1b, interleaved)" in err and "zb-h1 runs on megatron-zb" in err
+
+
+def test_emit_for_an_engine_plans_on_that_engine(tmp_path):
+    code, out, err = _run(["plan", "--model", "llama3.1-8b", "--gpus", "8", "--emit", "deepspeed", "--out", str(tmp_path / "ds"),
+                           "--top", "1", "--json"])
+    assert code == 0, err
+    assert json.loads(out)["engine"] == "deepspeed" and (tmp_path / "ds" / "ds_config.json").is_file()

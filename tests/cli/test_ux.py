@@ -86,7 +86,7 @@ def test_counts_take_a_plural_only_when_not_one(capsys):
 def test_plan_explain_prints_the_three_parts(capsys):
     code, out, err = run(capsys, "plan", *SMALL, "--top", "3", "--explain")
     assert code == 0, err
-    for heading in ("Where the step time goes", "Memory per GPU by pipeline stage", "Changes that would help most"):
+    for heading in ("Where the step time goes", "Memory per GPU by pipeline stage", "Nearest changes, best first"):
         assert heading in out
     assert "compute (fwd + bwd)" in out and "total" in out
     changes = [line for line in out.splitlines() if line.strip()[:3] in ("1. ", "2. ", "3. ")]
