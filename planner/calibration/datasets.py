@@ -81,18 +81,19 @@ def _recipes() -> dict:
 def run_recipe(run_id: str) -> tuple[dict, str]:
     """(parallel fields, sources) the run's recipe states and its table leaves out, from the
     rules of ``run_recipes.yaml`` whose ``id_regex`` matches: for each field the first matching
-    rule that sets it wins ({} and "" when none matches)."""
+    rule that names it wins; a rule that names a field with null keeps it unknown (later rules
+    do not set it). ({} and "" when no rule sets anything.)"""
     import re  # noqa: PLC0415
 
-    fields: dict = {}
+    claimed: dict = {}
     sources: list[str] = []
     for rule in _recipes()["rules"]:
         if re.search(rule["id_regex"], run_id):
-            new = {k: v for k, v in (rule.get("parallel") or {}).items() if k not in fields}
-            if new:
-                fields.update(new)
+            new = {k: v for k, v in (rule.get("parallel") or {}).items() if k not in claimed}
+            claimed.update(new)
+            if any(v is not None for v in new.values()):
                 sources.append(str(rule["source"]))
-    return fields, "; ".join(sources)
+    return {k: v for k, v in claimed.items() if v is not None}, "; ".join(sources)
 
 
 def run_engine(run_id: str) -> tuple[str, str]:

@@ -170,6 +170,20 @@ def _median(run: Run, fixed: dict, engine: str) -> tuple[Estimate | None, int]:
     return ests[(len(ests) - 1) // 2], len(ests)
 
 
+def with_sidecars(run: Run) -> tuple[Run, dict]:
+    """The run as the planner reads it: the model fields its source states beside the row
+    (``run_engines.yaml``) and the parallel fields its recipe states where the row leaves them
+    null (``run_recipes.yaml``); and those recipe fields. ``validate`` and ``--scenario`` read a
+    run the same way."""
+    over = run_model_fields(run.id)
+    recipe, _ = run_recipe(run.id)
+    recipe = {k: v for k, v in recipe.items() if run.parallel.get(k) is None}  # only what the row leaves out
+    if over or recipe:
+        run = Run(run.id, dataclasses.replace(run.model, **over), run.job, run.cluster, {**run.parallel, **recipe},
+                  run.measured, run.raw)
+    return run, recipe
+
+
 def fill_and_predict(run: Run, opts: SearchOptions | None = None, median: bool = True) -> RunResult:
     """Fill the run's unknown fields (fastest, and median when ``median``) and predict it.
 
@@ -178,12 +192,7 @@ def fill_and_predict(run: Run, opts: SearchOptions | None = None, median: bool =
     InputError when the run's engine does not run its configuration.
     """
     engine = (opts.engine if opts is not None and opts.engine is not None else run_engine(run.id)[0])
-    over = run_model_fields(run.id)
-    recipe, _ = run_recipe(run.id)
-    recipe = {k: v for k, v in recipe.items() if run.parallel.get(k) is None}  # only what the row leaves out
-    if over or recipe:
-        run = Run(run.id, dataclasses.replace(run.model, **over), run.job, run.cluster, {**run.parallel, **recipe},
-                  run.measured, run.raw)
+    run, recipe = with_sidecars(run)
     fixed = fixed_fields(run.parallel, (run.raw or {}).get("notes"))
     base = opts or SearchOptions()
     margin = base.memory_margin if base.memory_margin is not None else FILL_MEMORY_MARGIN

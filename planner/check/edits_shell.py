@@ -126,9 +126,22 @@ def megatron_flags(par: ParallelConfig, old: ParallelConfig, model, legacy: bool
         want["--tp-comm-overlap"] = True if tco_new else None
     if bool(par.moe_a2a_overlap) != bool(old.moe_a2a_overlap):
         want["--overlap-moe-expert-parallel-comm"] = True if par.moe_a2a_overlap else None
-    if par.ep > 1 and (par.etp or par.tp) != (old.etp or old.tp):
-        want["--expert-tensor-parallel-size"] = [str(par.etp or par.tp)]
     return want
+
+
+def a2a_overlap_companions(want: dict, parsed) -> None:
+    """The flags Megatron-core asks for beside ``--overlap-moe-expert-parallel-comm``
+    (transformer_config.py): the alltoall or flex dispatcher (Megatron's default is allgather),
+    no ``--moe-shared-expert-overlap``; and, when the overlap goes, no ``--delay-wgrad-compute``
+    (which needs it)."""
+    state = want.get("--overlap-moe-expert-parallel-comm", "unchanged")
+    if state is True:
+        if (parsed.one("--moe-token-dispatcher-type") or "allgather") not in ("alltoall", "flex"):
+            want["--moe-token-dispatcher-type"] = ["alltoall"]
+        if parsed.has("--moe-shared-expert-overlap"):
+            want["--moe-shared-expert-overlap"] = None
+    elif state is None and parsed.has("--delay-wgrad-compute"):
+        want["--delay-wgrad-compute"] = None
 
 
 class ShellEditor:
@@ -146,6 +159,7 @@ class ShellEditor:
     def edit(self, cj, par: ParallelConfig, only: tuple | None = None) -> Edit:
         p = self.parsed
         want = megatron_flags(par, cj.parallel, cj.model, p.legacy, cj.model.layers)
+        a2a_overlap_companions(want, p)
         if only is not None:
             keep = {"tp": ("--tensor-model-parallel-size",), "pp": ("--pipeline-model-parallel-size",) + _PIPE, "cp": ("--context-parallel-size",)}
             allowed = {f for k in only for f in keep[k]}

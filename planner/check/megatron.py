@@ -276,6 +276,9 @@ def _moe(d: Draft, p: Parsed) -> None:
     if p.has("--moe-expert-capacity-factor"):
         moe["capacity_factor"] = float(p.one("--moe-expert-capacity-factor"))
     d.set("model.moe", moe, "file", _src(p, "--num-experts"))
+    if not p.has("--moe-token-dispatcher-type"):
+        d.unmodelled.append("--moe-token-dispatcher-type not set: Megatron's default allgather dispatcher (TransformerConfig), "
+                            "priced as the all-to-all one")
 
 
 def _job(d: Draft, p: Parsed) -> None:

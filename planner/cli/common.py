@@ -162,7 +162,9 @@ def setup_from_scenario(path: str, run_id: str | None) -> Setup:
         raw = matches[0]
     run = run_from_dict(raw, f"runs[{run_id}]")
     from planner.calibration.datasets import run_engine  # noqa: PLC0415
-    from planner.calibration.validate import fixed_fields  # noqa: PLC0415
+    from planner.calibration.validate import fixed_fields, with_sidecars  # noqa: PLC0415
+
+    run, _ = with_sidecars(run)  # as validate reads it (the source's model fields, the recipe's)
 
     return Setup(run.model, run.cluster, run.job, fixed_fields(run.parallel), raw["model"].get("name", run.id), run.cluster.gpu.id,
                  engine=run_engine(run.id)[0])

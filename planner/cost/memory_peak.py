@@ -45,7 +45,7 @@ def _mode(engine: Engine, zero: int, pp: int):
 
 
 _PAR_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "recompute", "sequence_parallel", "zero",
-               "zero_shard_degree", "schedule", "tp_comm_overlap", "attention", "moe_a2a_overlap")
+               "zero_shard_degree", "schedule", "tp_comm_overlap", "attention")
 
 
 def stage_peak(model: ModelSpec, job: Job, par: ParallelConfig, stage: int, n: int, params: dict, m: int, C: Constants,
@@ -182,9 +182,11 @@ def _stage_peak(model: ModelSpec, job: Job, key: tuple, stage: int, n: int, para
     sched = par.schedule if pp > 1 else "1f1b"
     static = weights + grads_static + optim
     buffers_static = gathered + recv + bucket
-    # Megatron-core's expert all-to-all overlap (combined 1F1B) runs one more warm-up forward
-    extra = 1 if getattr(par, "moe_a2a_overlap", False) and sched in ("1f1b", "interleaved") else 0
-    tab = moment_table(sched, stage, pp, v, steady_microbatches(sched, pp, m), zb, bool(step_grads > 0), extra)
+    # Megatron-core's expert all-to-all overlap (combined 1F1B) runs one more warm-up forward but
+    # pairs each merged step's forward layer i with backward layer L-1-i and releases each
+    # layer's state as it goes (model_chunk_schedule_plan.py): the same peak as without it, plus
+    # a layer's transient, which is not priced.
+    tab = moment_table(sched, stage, pp, v, steady_microbatches(sched, pp, m), zb, bool(step_grads > 0))
     # Each row's memory is [held | pending | done] . [act | wkeep | first] plus what its pass adds
     # (one value per kind of pass: the loss, a layer's backward), priced for all rows at once.
     is_loss = (logit > 0) & (loss_extra >= btr - logit)

@@ -75,14 +75,14 @@ def steady_microbatches(schedule: str, pp: int, m: int) -> int:
     return m if m <= cap else cap
 
 
-def _interleaved_arrays(rank: int, pp: int, v: int, m: int, extra: int = 0):
+def _interleaved_arrays(rank: int, pp: int, v: int, m: int):
     """Megatron's interleaved order as arrays (kind 0 F / 1 B, chunk, micro-batch) and the
     warm-up count: forward k runs chunk (k mod p v) div p of micro-batch (k div p v) p + k mod p,
     backward k the mirrored chunk (module doc)."""
     import numpy as np  # noqa: PLC0415
 
     total = m * v
-    warm = min((pp - rank - 1) * 2 + (v - 1) * pp + extra, total)
+    warm = min((pp - rank - 1) * 2 + (v - 1) * pp, total)
     group = pp * v
     steady = total - warm
     # forward k at position k (warm-up), then F(warm + j) at warm + 2j and B(j) at warm + 2j + 1
@@ -98,13 +98,10 @@ def _interleaved_arrays(rank: int, pp: int, v: int, m: int, extra: int = 0):
     return kind, chunk, mb, warm
 
 
-def rank_ops(schedule: str, rank: int, pp: int, v: int, m: int, extra: int = 0) -> tuple[list[tuple[str, int, int]], int]:
-    """The (kind, chunk, micro-batch) passes of one rank in order, and its warm-up forward count.
-    ``extra``: warm-up forwards added to 1F1B and interleaved 1F1B (Megatron-core's combined
-    1F1B for the expert all-to-all overlap runs one more: schedules.py get_pp_rank_microbatches,
-    and without a pipeline holds two micro-batches: combined_1f1b_schedule_for_no_pipelining)."""
+def rank_ops(schedule: str, rank: int, pp: int, v: int, m: int) -> tuple[list[tuple[str, int, int]], int]:
+    """The (kind, chunk, micro-batch) passes of one rank in order, and its warm-up forward count."""
     if schedule == "interleaved" and v > 1:
-        kind, chunk, mb, warm = _interleaved_arrays(rank, pp, v, m, extra)
+        kind, chunk, mb, warm = _interleaved_arrays(rank, pp, v, m)
         return [("FB"[a], int(c), int(k)) for a, c, k in zip(kind, chunk, mb)], warm
     fwd = [("F", c, 0) for c in range(v)]
     bwd = [("B", c, 0) for c in reversed(range(v))]
@@ -139,7 +136,7 @@ def rank_ops(schedule: str, rank: int, pp: int, v: int, m: int, extra: int = 0) 
     elif schedule == "dualpipe":
         warm = min(m, pp + 1)
     else:
-        warm = min(m, (pp - rank if pp > 1 else 1) + extra)
+        warm = min(m, pp - rank) if pp > 1 else 1
     ops = [o for k in range(warm) for o in f(k)]
     nxt = warm
     for k in range(m):
@@ -178,7 +175,7 @@ class MomentTable:
 
 @lru_cache(maxsize=8192)
 def moment_table(schedule: str, rank: int, pp: int, v: int, m: int, split_backward: bool = False,
-                 track_done: bool = True, extra_warmup: int = 0) -> MomentTable:
+                 track_done: bool = True) -> MomentTable:
     """The moments of rank ``rank`` (module doc) in step order. ``split_backward``: B passes keep
     what W needs (Zero Bubble); otherwise B frees it all. ``track_done``: whether gradients appear
     at a chunk's first backward (otherwise the done-sets are not told apart). Equal moments are
@@ -193,9 +190,9 @@ def moment_table(schedule: str, rank: int, pp: int, v: int, m: int, split_backwa
 
     m_walk = steady_microbatches(schedule, pp, m)
     if schedule == "interleaved" and v > 1:
-        kind, chunk, mbs, warm = _interleaved_arrays(rank, pp, v, m_walk, extra_warmup)
+        kind, chunk, mbs, warm = _interleaved_arrays(rank, pp, v, m_walk)
     else:
-        ops, warm = rank_ops(schedule, rank, pp, v, m_walk, extra_warmup)
+        ops, warm = rank_ops(schedule, rank, pp, v, m_walk)
         kind = np.array(["FBW".index(k) for k, _, _ in ops], dtype=np.int64)
         chunk = np.array([c for _, c, _ in ops], dtype=np.int64)
         mbs = np.array([k for _, _, k in ops], dtype=np.int64)

@@ -47,10 +47,11 @@ def a2a_merged_fraction(par: ParallelConfig, m: int) -> float:
     backward run alone (combined_1f1b_schedule_for_no_pipelining); interleaved, rank 0 runs
     2 (p - 1) + (v - 1) p + 1 warm-up chunk forwards (schedules.py
     get_pp_rank_microbatches: one more than without the overlap) and as many lone backwards."""
+    v = par.vpp or 1
     if par.pp <= 1:
         return max(0.0, (m - 1) / m)
-    total = m * par.vpp
-    warm = min(total, 2 * (par.pp - 1) + (par.vpp - 1) * par.pp + 1)
+    total = m * v
+    warm = min(total, 2 * (par.pp - 1) + (v - 1) * par.pp + 1)
     return (total - warm) / total
 
 
@@ -106,7 +107,8 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
     # gather_from_sequence_parallel_region(tp_group = expt_tp), combine_preprocess
     # reduce_scatter_to_sequence_parallel_region).
     ep_bytes = moe_dispatch_bytes(mb * s / cp / tp, model.hidden, model.moe.top_k, moe_load_factor(model, ep, C)) if has_moe else 0.0
-    t_a2a = (alltoall_time(links["ep"], ep_bytes) + links["etp"].time("allgather", etp * ep_bytes)) if has_moe else 0.0
+    t_ep_a2a = alltoall_time(links["ep"], ep_bytes) if has_moe else 0.0
+    t_a2a = t_ep_a2a + (links["etp"].time("allgather", etp * ep_bytes) if has_moe else 0.0)
     full = rec == "full"
 
     def cost(lt, moe: bool) -> dict[str, float]:
@@ -123,8 +125,10 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
             # Combined 1F1B: a merged pass runs one micro-batch's forward and another's backward
             # layer by layer, each one's dispatch and combine under the other's compute
             # (combined_1f1b.py); the shared overlap efficiency of SM-competing collectives
-            # applies (constants.COMM_COMPUTE_OVERLAP_EFFICIENCY). Full recompute is excluded.
-            hidden = out["ep_comm"] - max(0.0, out["ep_comm"] - C.COMM_COMPUTE_OVERLAP_EFFICIENCY * (lt.fwd_s + lt.bwd_s))
+            # applies (constants.COMM_COMPUTE_OVERLAP_EFFICIENCY). Full recompute is excluded. The
+            # etp gather/scatter runs on the compute stream (routed_experts_compute) and stays.
+            a2a_only = 4 * t_ep_a2a
+            hidden = min(a2a_only, C.COMM_COMPUTE_OVERLAP_EFFICIENCY * (lt.fwd_s + lt.bwd_s))
             out["ep_comm"] -= merged * hidden
         kf, kb = layer_kernels(model, tp, sp, flash, moe, ep)
         out["host"] = host_exposed(sum(out.values()), C.HOST_SECONDS_PER_KERNEL * (kf + kb + (kf if full else 0)), C)

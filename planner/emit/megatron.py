@@ -252,9 +252,14 @@ TRAINING_ARGS=(--train-iters 1000 --lr 3.0e-4 --min-lr 3.0e-5 --lr-decay-style c
 
 def megatron_env(v: PlanView) -> str:
     """CUDA_DEVICE_MAX_CONNECTIONS: 1 as Megatron's examples (TP/SP overlap), but Megatron-FSDP
-    (ZeRO-2/3) asserts it is unset or > 1 (ARGS:1118-1187)."""
-    if v.parallel.zero >= 2:
+    (ZeRO-2/3) asserts it is unset or > 1 (ARGS:1118-1187), and the expert all-to-all overlap
+    wants more than one connection (validate_args' warning, ARGS:1466-1474): unset where no
+    tensor or context parallelism needs 1."""
+    p = v.parallel
+    if p.zero >= 2:
         return "unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP requires it unset or > 1\n"
+    if getattr(p, "moe_a2a_overlap", False) and p.tp == 1 and p.cp == 1:
+        return "unset CUDA_DEVICE_MAX_CONNECTIONS  # the expert all-to-all overlap runs on more than one connection\n"
     return "export CUDA_DEVICE_MAX_CONNECTIONS=1  # as Megatron's examples, for TP/SP overlap\n"
 
 

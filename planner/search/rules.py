@@ -27,6 +27,10 @@ def check_fixed(model, cluster, job, opts) -> None:
         raise InputError(f"parallel.{unknown[0]}", fixed[unknown[0]], "a field of ParallelConfig")
     # ParallelConfig checks every value's type and range (one-line InputError naming the field).
     ParallelConfig(**{k: v for k, v in fixed.items() if k != "layers_per_stage"})
+    if fixed.get("moe_a2a_overlap") is True and not eng.moe_a2a_overlap:
+        raise InputError("parallel.moe_a2a_overlap", True, f"false on {eng.name} (it has no expert all-to-all overlap)")
+    if fixed.get("moe_a2a_overlap") is True and (model.moe is None or model.moe_layers == 0):
+        raise InputError("parallel.moe_a2a_overlap", True, "false for a model without MoE layers")
     n = cluster.num_gpus
     tp, pp, dp, cp, ep = (fixed.get(k) for k in ("tp", "pp", "dp", "cp", "ep"))
     vpp, mb, sp, zero = (fixed.get(k) for k in ("vpp", "micro_batch_size", "sequence_parallel", "zero"))

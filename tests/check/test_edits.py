@@ -106,3 +106,31 @@ def test_deepspeed_json_edits_read_back(tmp_path):
     for ch, ed in single:
         assert ed.verified, ed.problem
         assert json.loads(next(iter(ed.files.values())))["train_micro_batch_size_per_gpu"] == ch.parallel.micro_batch_size
+
+
+MOE_SCRIPT = """#!/bin/bash
+torchrun --nproc_per_node 8 --nnodes 8 pretrain_gpt.py \\
+    --num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 \\
+    --group-query-attention --num-query-groups 8 --swiglu --normalization RMSNorm \\
+    --position-embedding-type rope --untie-embeddings-and-output-weights --disable-bias-linear \\
+    --seq-length 4096 --max-position-embeddings 4096 --vocab-size 32000 \\
+    --num-experts 8 --moe-router-topk 2 --moe-grouped-gemm \\
+    --micro-batch-size 1 --global-batch-size 512 --bf16 --use-distributed-optimizer \\
+    --expert-model-parallel-size 8
+"""
+
+
+def test_overlap_edit_brings_the_dispatcher_megatron_needs(tmp_path):
+    """Megatron's default dispatcher is allgather; the expert all-to-all overlap needs alltoall
+    or flex (transformer_config.py): an edit that turns the overlap on sets the dispatcher too,
+    and the script as read says the default dispatcher is priced as all-to-all."""
+    p = tmp_path / "moe.sh"
+    p.write_text(MOE_SCRIPT)
+    cj = read_job([str(p)])
+    assert any("--moe-token-dispatcher-type not set" in u for u in cj.unmodelled)
+    r = check_job(cj, top=4, time_limit_s=10)
+    on = [(ch, ed) for ch, ed in zip(r.changes, r.edits) if ch.parallel.moe_a2a_overlap and ed is not None]
+    assert on, [ch.label for ch in r.changes]
+    for ch, ed in on:
+        text = "\n".join(ed.files.values())
+        assert "--overlap-moe-expert-parallel-comm" in text and "--moe-token-dispatcher-type alltoall" in text, ch.label
