@@ -149,14 +149,19 @@ def sweep_cmd(
         typer.echo(_json.dumps({"schema": "planner-sweep/1", "title": title, "price_per_gpu_hour": price, "rows": rows,
                                 "chart": chart}, indent=2))
         return
-    typer.echo(f"{title}; {rows[0]['n_tokens']:.3g} tokens" + (f", {price:g} per GPU-hour" if price is not None else ""))
+    from planner.units import fmt_time  # noqa: PLC0415
+
+    def fmt_rate(x: float) -> str:
+        return f"{x / 1e6:.2f}M" if x >= 1e6 else f"{x / 1e3:.0f}k"
+
+    typer.echo(f"{title}; {rows[0]['n_tokens']:.3g} tokens" + (f", {price:g} (your currency) per GPU-hour" if price is not None else ""))
     head = f"{'':1} {'GPUs':>6} {'tp/pp/dp/cp':<12} {'step':>8} {'tok/s':>9} {'MFU':>6} {'goodput':>7} {'wall':>9} {'GPU-h':>11}"
     typer.echo(head + (f" {'cost':>12}" if price is not None else ""))
     for r in rows:
         if "error" in r:
             typer.echo(f"  {r['gpus']:>6} no plan: {r['error'][:70]}")
             continue
-        line = (f"{'*' if r['pareto'] else ' '} {r['gpus']:>6} {r['parallel']:<12} {r['step_time_s']:>7.3g}s {r['tokens_per_s']:>9.3g} "
+        line = (f"{'*' if r['pareto'] else ' '} {r['gpus']:>6} {r['parallel']:<12} {fmt_time(r['step_time_s']):>8} {fmt_rate(r['tokens_per_s']):>9} "
                 f"{100 * r['mfu']:>5.1f}% {r['goodput_fraction']:>7.4f} {G.fmt_duration(r['wall_time_s']):>9} {r['gpu_hours']:>11,.0f}")
         typer.echo(line + (f" {G.money(r['cost']):>12}" if price is not None else ""))
     typer.echo("* Pareto-optimal in (wall time, cost, GPU count)")

@@ -100,7 +100,7 @@ CASES = [
     ("sp-without-tp", ["plan", "--tp", "1", "--sequence-parallel"], None, None, "parallel.sequence_parallel"),
     ("batch-too-small-for-gpus", ["plan", "--gpus", "1000000"], None, None, "job.global_batch_size"),
     # --- model files ---
-    ("model-missing-file", ["plan", "--model", "{f}"], None, None, "file"),
+    ("model-missing-file", ["plan", "--model", "{f}"], None, None, "--model"),
     ("model-bad-yaml", ["plan", "--model", "{f}"], "m.yaml", "layers: [1, 2\nhidden: 3", "m.yaml"),
     ("model-bad-json", ["plan", "--model", "{f}"], "m.json", "{\"layers\": 4,", "m.json"),
     ("model-not-mapping", ["plan", "--model", "{f}"], "m.yaml", "- 1\n- 2\n", "m.yaml"),
