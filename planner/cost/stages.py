@@ -99,7 +99,7 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
     t_cp_f = cp_ring_time(links["cp"], kv_chunk)
     # overlapped with the attention of the resident blocks (comm.cp_ring_exposed)
     cp_fwd, cp_bwd = cp_ring_exposed(links["cp"], kv_chunk, lt_d.fwd_attn_s, lt_d.bwd_attn_s)
-    # two all-to-all (dispatch, combine) per MoE layer and pass; not overlapped under 1F1B.
+    # two all-to-all (dispatch, combine) per MoE layer and pass, exposed (but for the combined-1F1B overlap below).
     # Each rank sends its own sequence-parallel share (s / tp) of the tokens over the expert-
     # parallel group; with etp > 1 the received tokens are then all-gathered over the expert
     # tensor group (and the combine reduce-scattered) on that group's links (Megatron-core
