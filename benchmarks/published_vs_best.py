@@ -91,7 +91,7 @@ def main(path: str) -> None:
     for r in runs:
         res = fill_and_predict(r)
         pub = res.estimate.step_time_s
-        best = plan(r.model, r.cluster, r.job, top_k=1, options=SearchOptions()).plans[0]
+        best = plan(r.model, r.cluster, r.job, top_k=1, options=SearchOptions(engine=res.engine)).plans[0]  # on the run's engine
         b = best.parallel
         ratio = pub / best.estimate.step_time_s
         within += ratio <= WITHIN
