@@ -47,9 +47,9 @@ def check_schedules(names: tuple[str, ...], engine: str | None) -> None:
     runs = {s for e in engines for s in e.schedules}
     bad = [s for s in names if s not in runs]
     if bad:
-        who = "the engines --engine auto searches" if len(engines) > 1 else engines[0].name
+        who = "the engines --engine auto searches run" if len(engines) > 1 else f"{engines[0].name} runs"
         hint = "; ".join(f"{s} runs on " + ", ".join(e.name for e in map(get_engine, _all_engines()) if s in e.schedules) for s in bad)
-        raise InputError("--schedule", ",".join(bad), f"schedules {who} runs ({', '.join(sorted(runs))}); {hint}")
+        raise InputError("--schedule", ",".join(bad), f"schedules {who} ({', '.join(sorted(runs))}); {hint}")
 
 
 def _all_engines() -> tuple[str, ...]:

@@ -65,8 +65,8 @@ def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, net
                            global_batch_size, precision, attention, scenario, id, engine, grad_reduce, profile, tp=tp, pp=pp, dp=dp,
                            cp=cp, ep=ep, vpp=vpp, micro_batch_size=micro_batch_size, recompute=recompute,
                            sequence_parallel=sequence_parallel, zero=zero, schedule=schedule, allow_auto=True)
-    if schedules:
-        O.check_schedules(schedules, setup.engine)
+    if schedules or schedule:
+        O.check_schedules(schedules or (schedule,), setup.engine)
     opts = setup.options(allow_tp_across_nodes=allow_tp_across_nodes, memory_margin=O.check_margin(memory_margin), schedules=schedules)
     from planner.cost.flops import param_count  # noqa: PLC0415
 

@@ -40,3 +40,8 @@ def test_emit_for_an_engine_plans_on_that_engine(tmp_path):
                            "--top", "1", "--json"])
     assert code == 0, err
     assert json.loads(out)["engine"] == "deepspeed" and (tmp_path / "ds" / "ds_config.json").is_file()
+
+
+def test_one_schedule_the_engine_does_not_run_is_refused_too():
+    code, _, err = _run(["plan", "--schedule", "zb-h1"])
+    assert code == 2 and "megatron-core runs (1f1b, interleaved)" in err and "zb-h1 runs on megatron-zb" in err
