@@ -173,9 +173,22 @@ class MomentTable:
         return len(self.is_b)
 
 
-@lru_cache(maxsize=8192)
+# Tables are cached by size: a search prices the same small tables thousands of times; a deep
+# pipeline's tables (tens of thousands of counts each) are kept for one candidate's ranks at a
+# time, so the cache's memory stays bounded (tests/test_large_inputs.py).
+_LARGE_COUNTS = 20_000
+
+
 def moment_table(schedule: str, rank: int, pp: int, v: int, m: int, split_backward: bool = False,
                  track_done: bool = True) -> MomentTable:
+    """The moments of rank ``rank`` in step order (:func:`_moment_table`), cached."""
+    counts = 2 * steady_microbatches(schedule, pp, m) * v * 3 * v
+    cache = _large_table if counts > _LARGE_COUNTS else _small_table
+    return cache(schedule, rank, pp, v, m, split_backward, track_done)
+
+
+def _moment_table(schedule: str, rank: int, pp: int, v: int, m: int, split_backward: bool = False,
+                  track_done: bool = True) -> MomentTable:
     """The moments of rank ``rank`` (module doc) in step order. ``split_backward``: B passes keep
     what W needs (Zero Bubble); otherwise B frees it all. ``track_done``: whether gradients appear
     at a chunk's first backward (otherwise the done-sets are not told apart). Equal moments are
@@ -219,14 +232,21 @@ def moment_table(schedule: str, rank: int, pp: int, v: int, m: int, split_backwa
     _, first = np.unique(k16.view(np.dtype((np.void, 2 * k16.shape[1]))).ravel(), return_index=True)
     sel = idx[np.sort(first)]  # the first pass of each distinct moment, in step order
     b = is_b[sel]
+    # One block [held | pending | done], the three counts views of it: a cached table of a deep
+    # pipeline holds its counts once (float64: pricing multiplies it without a cast).
+    hpd = np.hstack([held[sel], pending[sel], done[sel]])
     t = MomentTable(is_b=b, chunk=chunk[sel], mb=mbs[sel], index=np.where(b, sel, f_before[sel]), step=sel,
-                    held=held[sel], pending=pending[sel], done=done[sel], warmup=warm)
-    object.__setattr__(t, "hpd", np.hstack([t.held, t.pending, t.done]))
+                    held=hpd[:, :v], pending=hpd[:, v:2 * v], done=hpd[:, 2 * v:], warmup=warm)
+    object.__setattr__(t, "hpd", hpd)
     # the row's kind for pricing: 0 forward, 1 forward of the last chunk, 2 + c backward of chunk c
     object.__setattr__(t, "group", np.where(t.is_b, 2 + t.chunk, (t.chunk == v - 1).astype(np.int64)))
     for a in (t.is_b, t.chunk, t.mb, t.index, t.step, t.held, t.pending, t.done, t.hpd, t.group):
         a.setflags(write=False)
     return t
+
+
+_small_table = lru_cache(maxsize=8192)(_moment_table)
+_large_table = lru_cache(maxsize=160)(_moment_table)
 
 
 def moments(schedule: str, rank: int, pp: int, v: int, m: int, split_backward: bool = False) -> tuple[Moment, ...]:
