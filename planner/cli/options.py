@@ -40,7 +40,7 @@ SchedOpt = Annotated[Optional[str], typer.Option("--schedule", help="Pipeline sc
 def check_schedules(names: tuple[str, ...], engine: str | None) -> None:
     """Every schedule of a ``--schedule`` list must be one the engine runs (under ``--engine
     auto``, one of the engines it searches): a listed schedule is never dropped silently."""
-    from planner.engines import AUTO, AUTO_ENGINES, get_engine  # noqa: PLC0415
+    from planner.engines import AUTO, AUTO_ENGINES, ENGINE_NAMES, get_engine  # noqa: PLC0415
     from planner.errors import InputError  # noqa: PLC0415
 
     engines = [get_engine(e) for e in AUTO_ENGINES] if (engine or "").lower() == AUTO else [get_engine(engine)]
@@ -48,14 +48,8 @@ def check_schedules(names: tuple[str, ...], engine: str | None) -> None:
     bad = [s for s in names if s not in runs]
     if bad:
         who = "the engines --engine auto searches run" if len(engines) > 1 else f"{engines[0].name} runs"
-        hint = "; ".join(f"{s} runs on " + ", ".join(e.name for e in map(get_engine, _all_engines()) if s in e.schedules) for s in bad)
+        hint = "; ".join(f"{s} runs on " + ", ".join(e.name for e in map(get_engine, ENGINE_NAMES) if s in e.schedules) for s in bad)
         raise InputError("--schedule", ",".join(bad), f"schedules {who} ({', '.join(sorted(runs))}); {hint}")
-
-
-def _all_engines() -> tuple[str, ...]:
-    from planner.engines import ENGINE_NAMES  # noqa: PLC0415
-
-    return ENGINE_NAMES
 
 
 def schedule_list(flag: str | None) -> tuple[str | None, tuple[str, ...] | None]:

@@ -6,7 +6,6 @@ program's HiGHS array form handles memory rows that bound, do not bound, or rule
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import random
 
 import pytest
@@ -22,15 +21,12 @@ from planner.search.space import SearchOptions, candidate_tuples, to_parallel
 from planner.search.split import StageAffine, chunk_bounds, split_unit
 from planner.specs import Job, ModelSpec, MoESpec
 
+from split_enumeration import unit_splits  # noqa: E402
+
 
 def _splits(layers: int, pp: int, v: int, unit: int):
     """Splits of at least v layers a stage, in units of ``unit`` layers."""
-    k = layers // unit
-    for cuts in itertools.combinations(range(1, k), pp - 1):
-        b = (0, *cuts, k)
-        parts = tuple(unit * (y - x) for x, y in zip(b, b[1:]))
-        if min(parts) >= v:
-            yield parts
+    return (parts for parts in unit_splits(layers, pp, unit) if min(parts) >= v)
 
 
 def _model(rng: random.Random) -> ModelSpec:

@@ -16,7 +16,6 @@ under a minute.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 import random
 from functools import lru_cache
@@ -25,13 +24,15 @@ import pytest
 
 from planner.cost.constants import DEFAULT_CONSTANTS as C
 from planner.cost.estimate import estimate
-from planner.engines import default_split, get_engine, least_layers
+from planner.engines import default_split, get_engine
 from planner.errors import NoFeasiblePlan
 from planner.io.loaders import load_gpu, make_cluster
 from planner.search.plan import SPLIT_MIN_GAIN, plan
 from planner.search.space import SearchOptions, candidates
 from planner.search.split import optimal_split, split_fits, split_objective, stage_affine
 from planner.specs import Job, ModelSpec, ParallelConfig
+
+from split_enumeration import engine_splits  # noqa: E402
 
 GIB = 2**30
 SEED = 20261130
@@ -42,23 +43,11 @@ REL = 1e-9
 
 
 ENGINE = get_engine(OPTS.engine)
-# Layers per unit of a split: whole chunks of v, or single layers where the engine takes an
-# uneven interleaved layout (planner.search.split.split_unit); every stage holds >= v layers.
-UNIT = (lambda v: 1) if ENGINE.uneven_interleaving else (lambda v: v)
 
 
 def compositions(layers: int, pp: int, v: int):
-    """Every split of ``layers`` into ``pp`` parts the engine accepts with ``v`` chunks a stage
-    (planner.engines.least_layers), in units of UNIT(v)."""
-    u = UNIT(v)
-    if layers % u:
-        return
-    k = layers // u
-    for cuts in itertools.combinations(range(1, k), pp - 1):
-        bounds = (0, *cuts, k)
-        parts = tuple(u * (b - a) for a, b in zip(bounds, bounds[1:]))
-        if all(n >= least_layers(i, pp, v, ENGINE) for i, n in enumerate(parts)):
-            yield parts
+    """Every split of ``layers`` into ``pp`` parts the engine accepts with ``v`` chunks a stage."""
+    return engine_splits(layers, pp, v, ENGINE)
 
 
 def _n_splits(layers: int, pp: int, v: int) -> int:

@@ -6,16 +6,17 @@ of its own objective, and that objective must track the estimate (a split-indepe
 from __future__ import annotations
 
 import dataclasses
-import itertools
 
 import pytest
 
 from planner.cost.constants import DEFAULT_CONSTANTS as C
 from planner.cost.estimate import estimate
-from planner.engines import get_engine, least_layers, resolve
+from planner.engines import get_engine, resolve
 from planner.io.loaders import load_gpu, make_cluster
-from planner.search.split import optimal_split, split_fits, split_objective, split_unit, stage_affine
+from planner.search.split import optimal_split, split_fits, split_objective, stage_affine
 from planner.specs import Job, ModelSpec, ParallelConfig
+
+from split_enumeration import engine_splits  # noqa: E402
 
 MODEL = ModelSpec(name="t", layers=12, hidden=2048, heads=16, kv_heads=16, ffn_hidden=8192, vocab=32000)
 JOB = Job(seq_len=2048, global_batch_size=32, precision="bf16")
@@ -24,13 +25,7 @@ CASES = [("megatron-zb", "zb-h1", 1), ("megatron-zb", "zb-h2", 1), ("megatron-zb
 
 
 def _splits(engine, pp, v, layers=MODEL.layers):
-    u = split_unit(v, engine)
-    k = layers // u
-    for cuts in itertools.combinations(range(1, k), pp - 1):
-        b = (0, *cuts, k)
-        parts = tuple(u * (y - x) for x, y in zip(b, b[1:]))
-        if all(n >= least_layers(i, pp, v, engine) for i, n in enumerate(parts)):
-            yield parts
+    return engine_splits(layers, pp, v, engine)
 
 
 @pytest.mark.parametrize("engine_name,schedule,v", CASES)
