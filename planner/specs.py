@@ -28,6 +28,7 @@ __all__ = [
     "RECOMPUTE_KINDS",
     "SCHEDULES",
     "ATTENTION_KINDS",
+    "MOE_DISPATCHERS",
     "ENGINE_FIELDS",
     "Tier",
 ]
@@ -38,6 +39,9 @@ GRAD_REDUCE = ("auto", "fp32", "bf16")
 RECOMPUTE_KINDS = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "zb-v", "dualpipe")
 ATTENTION_KINDS = ("flash", "unfused")
+# MoE token dispatchers: the all-to-all one (a copy per routed expert) and Megatron-core's flex
+# dispatcher with the DeepEP or HybridEP kernels (a copy per destination rank and node).
+MOE_DISPATCHERS = ("alltoall", "deepep", "hybridep")
 INTRA_KINDS = ("nvswitch", "nvlink", "pcie", "xgmi")
 INTER_KINDS = ("infiniband", "roce", "ethernet", "omnipath", "none")
 
@@ -407,6 +411,9 @@ class ParallelConfig:
     # Megatron-core --overlap-moe-expert-parallel-comm: the expert all-to-all of one micro-batch
     # overlapped with another's compute (combined 1F1B); None: the engine's default where it runs
     moe_a2a_overlap: bool | None = None
+    # MoE token dispatcher: alltoall | deepep | hybridep (Megatron-core --moe-token-dispatcher-type
+    # flex --moe-flex-dispatcher-backend); None: the engine's all-to-all
+    moe_dispatcher: str | None = None
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "cp", "ep", "micro_batch_size"):
@@ -420,6 +427,8 @@ class ParallelConfig:
             _choice("parallel.schedule", self.schedule, SCHEDULES)
         if self.attention is not None:
             _choice("parallel.attention", self.attention, ATTENTION_KINDS)
+        if self.moe_dispatcher is not None:
+            _choice("parallel.moe_dispatcher", self.moe_dispatcher, MOE_DISPATCHERS)
         if self.zero is not None and (isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3)):
             raise InputError("parallel.zero", self.zero, "0, 1, 2 or 3")
         for f in ("sequence_parallel", "overlap_grad_reduce", "tp_comm_overlap", "async_tp_allreduce", "overlap_param_gather",
@@ -467,6 +476,7 @@ class ParallelConfig:
             "zero": self.zero, "schedule": self.schedule, "tp_comm_overlap": self.tp_comm_overlap, "async_tp_allreduce": self.async_tp_allreduce,
             "overlap_grad_reduce": self.overlap_grad_reduce, "overlap_param_gather": self.overlap_param_gather,
             "attention": self.attention, "etp": self.etp, "moe_a2a_overlap": self.moe_a2a_overlap,
+            "moe_dispatcher": self.moe_dispatcher,
             "layers_per_stage": list(self.layers_per_stage) if self.layers_per_stage else None,
             "zero_shard_degree": self.zero_shard_degree,
         }
@@ -477,10 +487,11 @@ class ParallelConfig:
                 + f" vpp{self.vpp} mb{self.micro_batch_size} {self.recompute} z{self.zero}")
 
     def __repr__(self) -> str:
-        set_fields = ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items() if v is not None and not (k in ("cp", "ep") and v == 1))
+        quiet = {"cp": 1, "ep": 1, "moe_dispatcher": "alltoall"}  # defaults a reader need not see
+        set_fields = ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items() if v is not None and quiet.get(k, object()) != v)
         return f"ParallelConfig({set_fields})"
 
 
 # Fields whose None means "the engine's default" (planner.engines.resolve).
 ENGINE_FIELDS = ("vpp", "recompute", "sequence_parallel", "zero", "schedule", "overlap_grad_reduce", "tp_comm_overlap",
-                 "async_tp_allreduce", "overlap_param_gather", "attention", "etp", "moe_a2a_overlap")
+                 "async_tp_allreduce", "overlap_param_gather", "attention", "etp", "moe_a2a_overlap", "moe_dispatcher")

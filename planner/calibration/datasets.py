@@ -64,9 +64,15 @@ ENGINE_RULES = _rules
 
 
 def run_model_fields(run_id: str) -> dict:
-    """Model fields the runs file cannot hold but its notes state, from the first rule of
-    ``run_engines.yaml`` that matches the run and carries a ``model`` block (its ``model_why``
-    says where the notes say so)."""
+    """Model fields the runs file cannot hold but its notes state: from the first of
+    ``run_engines.yaml``'s ``model_rules`` whose ``id_regex`` matches the run, else from the first
+    engine rule that matches it and carries a ``model`` block (its ``model_why`` says where the
+    notes say so)."""
+    import re  # noqa: PLC0415
+
+    for rule in _rules().get("model_rules", []):
+        if re.search(rule["id_regex"], run_id):
+            return dict(rule["model"])
     for rule in _rules()["rules"]:
         if run_id.startswith(rule["id_prefix"]) and "model" in rule:
             return dict(rule["model"])

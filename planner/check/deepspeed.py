@@ -144,6 +144,7 @@ def read_deepspeed_json(path: Path, base: Draft | None = None) -> Draft:
     d.default("parallel.sequence_parallel", False, "DeepSpeed: no Megatron sequence parallelism")
     d.default("parallel.tp_comm_overlap", False, "DeepSpeed: no TP overlap")
     d.default("parallel.moe_a2a_overlap", False, "DeepSpeed: no expert all-to-all overlap")
+    d.default("parallel.moe_dispatcher", "alltoall", "DeepSpeed MoE: all-to-all dispatch")
     d.default("parallel.async_tp_allreduce", False, "DeepSpeed: blocking TP all-reduces")
     if not d.has("parallel.attention"):
         d.post.append(_attention)

@@ -126,6 +126,10 @@ def megatron_flags(par: ParallelConfig, old: ParallelConfig, model, legacy: bool
         want["--tp-comm-overlap"] = True if tco_new else None
     if bool(par.moe_a2a_overlap) != bool(old.moe_a2a_overlap):
         want["--overlap-moe-expert-parallel-comm"] = True if par.moe_a2a_overlap else None
+    new_d, old_d = par.moe_dispatcher or "alltoall", old.moe_dispatcher or "alltoall"
+    if new_d != old_d:
+        want["--moe-token-dispatcher-type"] = ["alltoall" if new_d == "alltoall" else "flex"]
+        want["--moe-flex-dispatcher-backend"] = None if new_d == "alltoall" else [new_d]
     return want
 
 

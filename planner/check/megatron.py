@@ -279,6 +279,17 @@ def _moe(d: Draft, p: Parsed) -> None:
     if not p.has("--moe-token-dispatcher-type"):
         d.unmodelled.append("--moe-token-dispatcher-type not set: Megatron's default allgather dispatcher (TransformerConfig), "
                             "priced as the all-to-all one")
+    kind = p.one("--moe-token-dispatcher-type") if p.has("--moe-token-dispatcher-type") else None
+    if kind == "flex" or p.has("--moe-enable-deepep"):
+        # TransformerConfig: flex with --moe-flex-dispatcher-backend (default deepep; the deprecated
+        # --moe-enable-deepep sets deepep)
+        backend = "deepep" if p.has("--moe-enable-deepep") else (p.one("--moe-flex-dispatcher-backend") or "deepep")
+        if backend not in ("deepep", "hybridep"):
+            d.unmodelled.append(f"--moe-flex-dispatcher-backend {backend}: priced as the all-to-all dispatcher")
+            backend = "alltoall"
+        d.set("parallel.moe_dispatcher", backend, "file", _src(p, "--moe-token-dispatcher-type" if kind else "--moe-enable-deepep"))
+    else:
+        d.default("parallel.moe_dispatcher", "alltoall", "the all-to-all (or allgather) dispatcher")
 
 
 def _job(d: Draft, p: Parsed) -> None:
@@ -473,6 +484,7 @@ def _parallel(d: Draft, p: Parsed) -> None:
     _set(d, "parallel.tp_comm_overlap", tpo, p, "--tp-comm-overlap", "Megatron default: off (MPC:265)")
     _set(d, "parallel.moe_a2a_overlap", p.has("--overlap-moe-expert-parallel-comm"), p, "--overlap-moe-expert-parallel-comm",
          "Megatron default: off (ModelParallelConfig.overlap_moe_expert_parallel_comm)")
+    d.default("parallel.moe_dispatcher", "alltoall", "no MoE dispatcher flag (a dense model, or the all-to-all one)")
     if p.legacy:
         d.set("parallel.async_tp_allreduce", False, "default", "2021 engine: blocking TP all-reduces")
     else:

@@ -53,7 +53,7 @@ def render_text(r: CheckReport, verbose: bool = False) -> str:
     L.append(f"  {c.num_gpus} x {c.gpu.id} ({c.num_nodes} node(s) x {c.gpus_per_node}); seq {j.seq_len}, global batch {j.global_batch_size}, "
              f"{j.precision}" + (f", gradients {j.grad_reduce}" if j.grad_reduce != "auto" else ""))
     L.append(f"  as written: {_par_line(cj.parallel)}; layers per stage {list(e.layers_per_stage)}")
-    moe_only = () if m.moe else ("parallel.ep", "parallel.etp", "parallel.moe_a2a_overlap")  # fields a dense model does not have
+    moe_only = () if m.moe else ("parallel.ep", "parallel.etp", "parallel.moe_a2a_overlap", "parallel.moe_dispatcher")  # fields a dense model does not have
     defaults = [k for k, (v, s) in sorted(cj.sources.items()) if s.kind == "default" and k not in moe_only]
     flags = [k for k, (v, s) in sorted(cj.sources.items()) if s.kind == "flag"]
     if flags:

@@ -28,7 +28,8 @@ from planner.specs import ClusterSpec, ParallelConfig
 
 __all__ = [
     "GroupLinks", "group_links", "tp_allreduce_time", "p2p_time", "dp_collective_time", "dp_collective_parts", "alltoall_time",
-    "cp_ring_time", "cp_ring_exposed", "cp_hiding_local_len", "moe_dispatch_bytes",
+    "cp_ring_time", "cp_ring_exposed", "cp_hiding_local_len", "moe_dispatch_bytes", "distinct_hit_fraction",
+    "flex_dispatch_time",
 ]
 
 
@@ -141,6 +142,52 @@ def moe_dispatch_bytes(tokens: float, hidden: int, top_k: int, load: float, byte
     times the busiest rank's load factor (capacity padding or dropless imbalance). Each MoE
     layer runs two per forward (dispatch + combine) and two per backward."""
     return tokens * top_k * hidden * bytes_per_elem * load
+
+
+def distinct_hit_fraction(experts: int, top_k: int, parts: int) -> float:
+    """Chance that a token's ``top_k`` distinct experts (uniform over ``experts``, as under
+    Megatron's force-balanced routing, ``moe_router_force_load_balancing``: random logits) fall at
+    least once in one given part of ``parts`` equal parts (a rank's or a node's experts):
+    1 - C(E - E/parts, k) / C(E, k), the hypergeometric miss."""
+    if parts <= 1:
+        return 1.0
+    per = experts / parts
+    miss = 1.0
+    for i in range(top_k):
+        miss *= max(0.0, (experts - per - i)) / (experts - i)
+    return 1.0 - miss
+
+
+def flex_dispatch_time(links: GroupLinks, tokens: float, hidden: int, experts: int, top_k: int, load: float,
+                       bytes_per_elem: float = 2.0) -> float:
+    """One dispatch (or combine) of Megatron-core's flex token dispatcher with the DeepEP or
+    HybridEP backend (``--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend``;
+    token_dispatcher.py ``_DeepepManager`` / ``_HybridEPManager``) over the expert group.
+
+    Unlike the all-to-all dispatcher (one copy per routed expert, :func:`moe_dispatch_bytes`),
+    these kernels send a token once per destination rank, and across scale-up domains once per
+    destination domain, forwarding it inside that domain over NVLink (DeepEP README, "normal
+    kernels": NVLink-to-RDMA asymmetric-domain forwarding; Zhao et al. 2025, DeepSeek-V3
+    technical report sec. 3.2.2). Per rank and pass:
+    scale-out bytes = T h B (m - 1) P(a given remote domain is hit),
+    scale-up bytes = T h B R P(a given rank is hit) (k - 1) / k (the domain-local share of the
+    distinct destination ranks; the forwarded copies count here too),
+    with T tokens, R = ep ranks in m domains of k ranks (:func:`distinct_hit_fraction`), times
+    the busiest rank's load factor; both levels move data at once, as in the pairwise all-to-all.
+    """
+    p, k, m = links.size, links.k, links.m
+    if p <= 1 or tokens <= 0:
+        return 0.0
+    row = tokens * hidden * bytes_per_elem * load
+    ranks_hit = p * distinct_hit_fraction(experts, top_k, p)
+    intra, inter = links.intra, links.inter
+    t_in = (k - 1) * intra.latency_s + row * ranks_hit * (k - 1) / k / intra.bandwidth_bytes_per_s if k > 1 else 0.0
+    t_out = 0.0
+    if m > 1:
+        domains_hit = (m - 1) * distinct_hit_fraction(experts, top_k, m)
+        t_out = (m - 1) * inter.latency_s + row * domains_hit / inter.bandwidth_bytes_per_s
+    call = max(intra.call_latency_s, inter.call_latency_s) if m > 1 else intra.call_latency_s
+    return max(t_in, t_out) + call
 
 
 def cp_ring_time(links: GroupLinks, kv_bytes: float) -> float:

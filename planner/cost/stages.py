@@ -12,8 +12,8 @@ from __future__ import annotations
 from functools import lru_cache
 
 from planner.cost import memory as M
-from planner.cost.comm import (GroupLinks, alltoall_time, cp_ring_exposed, cp_ring_time, degree_links, group_links,
-                               moe_dispatch_bytes, p2p_time, tp_allreduce_time)
+from planner.cost.comm import (GroupLinks, alltoall_time, cp_ring_exposed, cp_ring_time, degree_links, flex_dispatch_time,
+                               group_links, moe_dispatch_bytes, p2p_time, tp_allreduce_time)
 from planner.cost.compute import layer_kernels, layer_times, logits_times, moe_load_factor
 from planner.cost.constants import Constants
 from planner.cost.flops import kv_exchange_width
@@ -66,13 +66,13 @@ def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelC
         merged = a2a_merged_fraction(par, par.num_microbatches(job.global_batch_size)) if par.moe_a2a_overlap else 0.0
     key = (par.tp, par.pp, par.dp, par.cp, par.ep, par.vpp, par.micro_batch_size, par.recompute,
            bool(par.sequence_parallel and par.tp > 1), bool(par.tp_comm_overlap), bool(par.async_tp_allreduce), par.attention == "flash",
-           par.etp or par.tp, merged)
+           par.etp or par.tp, merged, par.moe_dispatcher or "alltoall")
     return _layer_costs(model, cluster, job, key, C)
 
 
 @lru_cache(maxsize=65536)
 def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C: Constants) -> tuple:
-    tp, pp, dp, cp, ep, v, mb, rec, sp, tpo, asy, flash, etp, merged = key
+    tp, pp, dp, cp, ep, v, mb, rec, sp, tpo, asy, flash, etp, merged, disp = key
     gpu = cluster.gpu
     prec = job.precision
     s = job.seq_len
@@ -106,8 +106,14 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
     # MoEAlltoAllTokenDispatcher: token_dispatch all_to_all(ep_group), dispatch_postprocess
     # gather_from_sequence_parallel_region(tp_group = expt_tp), combine_preprocess
     # reduce_scatter_to_sequence_parallel_region).
+    # The flex dispatcher (DeepEP / HybridEP) sends each token once per destination rank and, across
+    # scale-up domains, once per destination domain (comm.flex_dispatch_time).
     ep_bytes = moe_dispatch_bytes(mb * s / cp / tp, model.hidden, model.moe.top_k, moe_load_factor(model, ep, C)) if has_moe else 0.0
-    t_ep_a2a = alltoall_time(links["ep"], ep_bytes) if has_moe else 0.0
+    if has_moe and disp != "alltoall":
+        t_ep_a2a = flex_dispatch_time(links["ep"], mb * s / cp / tp, model.hidden, model.moe.experts, model.moe.top_k,
+                                      moe_load_factor(model, ep, C))
+    else:
+        t_ep_a2a = alltoall_time(links["ep"], ep_bytes) if has_moe else 0.0
     t_a2a = t_ep_a2a + (links["etp"].time("allgather", etp * ep_bytes) if has_moe else 0.0)
     full = rec == "full"
 

@@ -102,8 +102,14 @@ def _moe_args(v: PlanView) -> list[str]:
         a += ["--moe-layer-freq", f"([0]*{moe.dense_layers}+[1]*{v.model.layers - moe.dense_layers})"]
     if moe.capacity_factor is not None:
         a += ["--moe-expert-capacity-factor", moe.capacity_factor]
-    # all-to-all dispatch (what the cost model prices), grouped expert GEMMs, fp32 router.
-    a += ["--moe-token-dispatcher-type", "alltoall", "--moe-grouped-gemm", "--moe-router-dtype", "fp32"]
+    # the plan's dispatcher (all-to-all, or the flex one with DeepEP / HybridEP kernels: what the
+    # cost model prices), grouped expert GEMMs, fp32 router.
+    disp = getattr(v.parallel, "moe_dispatcher", None) or "alltoall"
+    if disp == "alltoall":
+        a += ["--moe-token-dispatcher-type", "alltoall"]
+    else:  # TransformerConfig.moe_flex_dispatcher_backend (needs the DeepEP / HybridEP package)
+        a += ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", disp]
+    a += ["--moe-grouped-gemm", "--moe-router-dtype", "fp32"]
     a += _ROUTERS.get(v.model_id, _DEFAULT_ROUTER)
     return [str(x) for x in a]
 

@@ -174,6 +174,9 @@ def resolve(par: ParallelConfig, model: ModelSpec, cluster: ClusterSpec, job: Jo
     if par.moe_a2a_overlap is None:
         ch["moe_a2a_overlap"] = a2a_overlap_runs(engine, model, out) is None
         out = replace(out, moe_a2a_overlap=ch["moe_a2a_overlap"])
+    if par.moe_dispatcher is None:
+        ch["moe_dispatcher"] = "alltoall"  # what the planner's launch files set (--moe-token-dispatcher-type alltoall)
+        out = replace(out, moe_dispatcher="alltoall")
     return out, tuple(k for k in ("dp",) + ENGINE_FIELDS if k in ch)
 
 
@@ -207,6 +210,13 @@ def check_engine(model: ModelSpec, job: Job, par: ParallelConfig, engine: Engine
     if par.moe_a2a_overlap and (why := a2a_overlap_runs(engine, model, par)) is not None:
         raise InputError("parallel.moe_a2a_overlap", True, f"false on {e} (the expert all-to-all overlap needs {why})"
                          if engine.moe_a2a_overlap else f"false ({why})")
+    if par.moe_dispatcher in ("deepep", "hybridep"):
+        if not engine.moe_flex_dispatcher:
+            raise InputError("parallel.moe_dispatcher", par.moe_dispatcher, f"alltoall on {e} (it has no DeepEP/HybridEP dispatcher)")
+        if model.moe is None or model.moe_layers == 0:
+            raise InputError("parallel.moe_dispatcher", par.moe_dispatcher, "alltoall for a model without MoE layers")
+        if par.ep * par.tp <= 1:
+            raise InputError("parallel.moe_dispatcher", par.moe_dispatcher, "alltoall with tp x ep = 1 (DeepEP needs TP x EP > 1: token_dispatcher.py)")
     if par.attention == "flash" and not engine.flash_attention:
         raise InputError("parallel.attention", "flash", f"unfused on {e}")
     if par.pp > 1 and par.schedule not in engine.schedules:

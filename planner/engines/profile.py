@@ -155,6 +155,7 @@ class Engine:
     memory: MemoryProfile = MemoryProfile()
     padded_interleaving: bool = False  # noop layers pad rank 0's first and the last rank's last chunk (ZB fork)
     moe_a2a_overlap: bool = False  # the expert all-to-all overlapped with another micro-batch's compute
+    moe_flex_dispatcher: bool = False  # DeepEP / HybridEP token dispatch (one copy per destination rank and node)
 
     @property
     def zero_stages(self) -> tuple[int, ...]:
@@ -221,6 +222,7 @@ def _from_dict(d: dict, where: str) -> Engine:
         sources=tuple(d.get("sources") or ()), notes=tuple(d.get("notes") or ()),
         memory=_memory(d.get("memory") or {}, where), padded_interleaving=bool(feats.get("padded_interleaving", False)),
         moe_a2a_overlap=bool(feats.get("moe_a2a_overlap", False)),
+        moe_flex_dispatcher=bool(feats.get("moe_flex_dispatcher", False)),
     )
 
 

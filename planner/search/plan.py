@@ -264,7 +264,8 @@ def plan(
         a2a = fixed.get("moe_a2a_overlap")
         if a2a is None:
             a2a = a2a_overlap_why(eng, model, ep, rec, pp, v, sched) is None
-        lk = (tp, cp, ep, mb, rec, f["sequence_parallel"], f["tp_comm_overlap"], f["async_tp_allreduce"], f["attention"], etp, a2a)
+        lk = (tp, cp, ep, mb, rec, f["sequence_parallel"], f["tp_comm_overlap"], f["async_tp_allreduce"], f["attention"], etp, a2a,
+              fixed.get("moe_dispatcher") or "alltoall")
         if lk not in per_layer_cache:
             per_layer_cache[lk] = per_layer_time(model, cluster, job, lk, C)
         m = job.global_batch_size // (mb * dp)
@@ -297,6 +298,8 @@ def plan(
             par = par.replace(etp=default_etp(tp, dp, cp, ep))
         if par.moe_a2a_overlap is None:
             par = par.replace(moe_a2a_overlap=a2a_overlap_why(eng, model, ep, rec, pp, v, sched) is None)
+        if par.moe_dispatcher is None:
+            par = par.replace(moe_dispatcher="alltoall")
         evaluated += 1
         lps = lps_fixed or default_split(model, pp, v, eng)
         may_split = par.pp > 1 and opts.uneven_split and lps_fixed is None

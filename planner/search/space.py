@@ -31,7 +31,8 @@ __all__ = ["SearchOptions", "divisors", "candidates", "candidate_tuples", "to_pa
 
 # The fields a search may fix or choose.
 FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "sequence_parallel", "zero", "schedule",
-          "attention", "tp_comm_overlap", "async_tp_allreduce", "overlap_grad_reduce", "overlap_param_gather", "moe_a2a_overlap")
+          "attention", "tp_comm_overlap", "async_tp_allreduce", "overlap_grad_reduce", "overlap_param_gather", "moe_a2a_overlap",
+          "moe_dispatcher")
 # A candidate tuple, in this order.
 TUPLE_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "zero", "schedule")
 
@@ -91,7 +92,7 @@ def to_parallel(t: tuple, fixed: dict | None = None) -> ParallelConfig:
     stay None for :func:`planner.engines.resolve`."""
     kw = dict(zip(TUPLE_FIELDS, t))
     for k in ("sequence_parallel", "attention", "tp_comm_overlap", "async_tp_allreduce", "overlap_grad_reduce",
-              "overlap_param_gather", "layers_per_stage", "zero_shard_degree", "etp", "moe_a2a_overlap"):
+              "overlap_param_gather", "layers_per_stage", "zero_shard_degree", "etp", "moe_a2a_overlap", "moe_dispatcher"):
         if fixed and fixed.get(k) is not None:
             kw[k] = tuple(fixed[k]) if k == "layers_per_stage" else fixed[k]
     return ParallelConfig(**kw)

@@ -9,9 +9,9 @@ import re
 import pytest
 
 from planner.calibration.datasets import _recipes, _rules, dataset_path, run_engine, run_model_fields, run_recipe
-from planner.calibration.validate import fill_and_predict
+from planner.calibration.validate import fill_and_predict, with_sidecars
 from planner.io.loaders import load_runs
-from planner.specs import RECOMPUTE_KINDS
+from planner.specs import MOE_DISPATCHERS, RECOMPUTE_KINDS
 
 ALL = {name: load_runs(dataset_path(name)) for name in ("public", "vtrain-multi", "modern", "memory")}
 IDS = [r.id for runs in ALL.values() for r in runs]
@@ -23,13 +23,15 @@ def test_every_recipe_rule_covers_rows_cites_and_fills_only_unknowns(rule):
     assert hits, "a rule that covers no run"
     assert rule["source"] and rule["why"]
     for k, v in (rule.get("parallel") or {}).items():
-        assert k in ("recompute", "etp", "moe_a2a_overlap"), k
+        assert k in ("recompute", "etp", "moe_a2a_overlap", "moe_dispatcher"), k
         if v is None:
             continue  # kept unknown: later rules do not set it
         if k == "recompute":
             assert v in RECOMPUTE_KINDS
         elif k == "etp":
             assert isinstance(v, int) and v >= 1
+        elif k == "moe_dispatcher":
+            assert v in MOE_DISPATCHERS
         else:
             assert isinstance(v, bool)
     by_id = {r.id: r for runs in ALL.values() for r in runs}
@@ -44,6 +46,20 @@ def test_engine_rules_cover_rows_and_model_fields_cite_the_notes():
         if "model" in rule:
             assert rule.get("model_why")
     assert run_engine("mtool-llama2-7b-dp8")[0] == "megatron-core" and run_model_fields("mtool-llama2-7b-dp8") == {"bias": True}
+
+
+def test_model_rules_match_rows_cite_their_source_and_give_deepseek_its_mla():
+    for rule in _rules()["model_rules"]:
+        assert any(re.search(rule["id_regex"], i) for i in IDS), rule["id_regex"]
+        assert rule.get("model_why")
+    ds = [r for r in ALL["modern"] if "deepseek_v3" in r.id]
+    assert ds
+    for run in ds:
+        fields = run_model_fields(run.id)
+        assert fields["kv_lora_rank"] == 512 and fields["q_lora_rank"] == 1536
+        read, _ = with_sidecars(run)
+        assert read.model.kv_lora_rank == 512 and run.model.kv_lora_rank == 0  # the row alone has no MLA
+    assert run_model_fields("mb2511-qwen3_30b_a3b-fp8cs-16h100") == {}
 
 
 def test_a_recipe_field_is_fixed_in_the_fill_and_reported():

@@ -87,6 +87,19 @@ def test_moe_and_mla(tmp_path):
     assert layer_freq("2", 4, "x") == [1, 0, 1, 0]
 
 
+@pytest.mark.parametrize("flags,want", [
+    ("", "alltoall"),
+    ("--moe-token-dispatcher-type alltoall", "alltoall"),
+    ("--moe-token-dispatcher-type flex", "deepep"),  # TransformerConfig.moe_flex_dispatcher_backend default
+    ("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep", "hybridep"),
+    ("--moe-token-dispatcher-type flex --moe-enable-deepep", "deepep"),
+])
+def test_moe_dispatcher(tmp_path, flags, want):
+    cj = _read(tmp_path, "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 1024 --expert-model-parallel-size 8 " + flags)
+    assert cj.parallel.moe_dispatcher == want
+    assert cj.sources["parallel.moe_dispatcher"][1].kind == ("file" if "flex" in flags else "default")
+
+
 def test_fp8_and_gradient_dtype(tmp_path):
     j = _read(tmp_path, "--fp8-format hybrid --grad-reduce-in-bf16").job
     assert (j.precision, j.grad_reduce) == ("fp8", "bf16")

@@ -103,6 +103,8 @@ def _check(A, case: dict) -> dict:
                 "untie_embeddings_and_output_weights", "normalization", "swiglu", "add_bias_linear", "overlap_moe_expert_parallel_comm")
         got = {k: getattr(args, k, None) for k in keys}
         got["config_overlap_moe_expert_parallel_comm"] = getattr(cfg, "overlap_moe_expert_parallel_comm", None)
+        got["config_moe_token_dispatcher_type"] = getattr(cfg, "moe_token_dispatcher_type", None)
+        got["config_moe_flex_dispatcher_backend"] = getattr(cfg, "moe_flex_dispatcher_backend", None)
         return {"name": case["name"], "ok": True, "args": got, "config": type(cfg).__name__,
                 "microbatches": microbatches, "chunks": chunks}
     except BaseException as exc:  # argparse exits with SystemExit; asserts raise AssertionError

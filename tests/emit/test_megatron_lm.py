@@ -58,9 +58,17 @@ def _a2a_overlap_doc(etp: int) -> dict:
     return doc
 
 
+def _flex_doc(backend: str) -> dict:
+    """DeepSeek-V3 with Megatron-core's flex dispatcher on the DeepEP or HybridEP backend, with the overlap."""
+    doc = _a2a_overlap_doc(1)
+    doc["plans"][2]["parallel"].update(moe_dispatcher=backend)
+    return doc
+
+
 CASES = {f"{fx}-{r}": (load(fx), r) for fx, r in MEGATRON_PLANS}
 CASES.update({"layout-vpp1": (_layout_doc(1), 1), "layout-vpp2": (_layout_doc(2), 1), "odd-chunks-vpp2": (_odd_doc(), 1),
-              "a2a-overlap-etp1": (_a2a_overlap_doc(1), 3), "a2a-overlap-etp-tp": (_a2a_overlap_doc(2), 3)})
+              "a2a-overlap-etp1": (_a2a_overlap_doc(1), 3), "a2a-overlap-etp-tp": (_a2a_overlap_doc(2), 3),
+              "flex-deepep": (_flex_doc("deepep"), 3), "flex-hybridep": (_flex_doc("hybridep"), 3)})
 
 
 def _controls() -> list[dict]:
@@ -115,6 +123,10 @@ def test_megatron_lm_accepts(megatron_results, name):
         assert v.world % (a["expert_tensor_parallel_size"] * p.ep * p.pp) == 0
         assert a["expert_tensor_parallel_size"] == (p.etp or p.tp)
         assert a["overlap_moe_expert_parallel_comm"] == a["config_overlap_moe_expert_parallel_comm"] == bool(p.moe_a2a_overlap)
+        disp = getattr(p, "moe_dispatcher", None) or "alltoall"
+        assert a["config_moe_token_dispatcher_type"] == ("alltoall" if disp == "alltoall" else "flex")
+        if disp != "alltoall":
+            assert a["config_moe_flex_dispatcher_backend"] == disp
     assert a["use_distributed_optimizer"] == (p.zero >= 1)
     assert a["use_megatron_fsdp"] == (p.zero >= 2)
     if p.zero >= 2:
