@@ -38,7 +38,8 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("engine overlaps", _OVERLAPS),
     ("pipeline split", ("vpp", "layers_per_stage", "schedule", "micro_batch_size")),
     ("layout", _LAYOUT + ("micro_batch_size",)),
-    ("everything", tuple(ParallelConfig.__dataclass_fields__)),
+    # the dispatcher stays: the search never picks DeepEP/HybridEP (they need their package)
+    ("everything", tuple(k for k in ParallelConfig.__dataclass_fields__ if k != "moe_dispatcher")),
 )
 
 

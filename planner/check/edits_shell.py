@@ -130,6 +130,7 @@ def megatron_flags(par: ParallelConfig, old: ParallelConfig, model, legacy: bool
     if new_d != old_d:
         want["--moe-token-dispatcher-type"] = ["alltoall" if new_d == "alltoall" else "flex"]
         want["--moe-flex-dispatcher-backend"] = None if new_d == "alltoall" else [new_d]
+        want["--moe-enable-deepep"] = None  # deprecated; Megatron refuses it beside a backend or without flex
     return want
 
 

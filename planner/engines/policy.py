@@ -215,8 +215,8 @@ def check_engine(model: ModelSpec, job: Job, par: ParallelConfig, engine: Engine
             raise InputError("parallel.moe_dispatcher", par.moe_dispatcher, f"alltoall on {e} (it has no DeepEP/HybridEP dispatcher)")
         if model.moe is None or model.moe_layers == 0:
             raise InputError("parallel.moe_dispatcher", par.moe_dispatcher, "alltoall for a model without MoE layers")
-        if par.ep * par.tp <= 1:
-            raise InputError("parallel.moe_dispatcher", par.moe_dispatcher, "alltoall with tp x ep = 1 (DeepEP needs TP x EP > 1: token_dispatcher.py)")
+        if par.moe_dispatcher == "deepep" and par.ep * (par.etp or par.tp) <= 1:
+            raise InputError("parallel.moe_dispatcher", "deepep", "alltoall with expert tp x ep = 1 (DeepEP needs TP x EP > 1: token_dispatcher.py)")
     if par.attention == "flash" and not engine.flash_attention:
         raise InputError("parallel.attention", "flash", f"unfused on {e}")
     if par.pp > 1 and par.schedule not in engine.schedules:

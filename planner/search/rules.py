@@ -31,6 +31,11 @@ def check_fixed(model, cluster, job, opts) -> None:
         raise InputError("parallel.moe_a2a_overlap", True, f"false on {eng.name} (it has no expert all-to-all overlap)")
     if fixed.get("moe_a2a_overlap") is True and (model.moe is None or model.moe_layers == 0):
         raise InputError("parallel.moe_a2a_overlap", True, "false for a model without MoE layers")
+    disp = fixed.get("moe_dispatcher")
+    if disp in ("deepep", "hybridep") and not eng.moe_flex_dispatcher:
+        raise InputError("parallel.moe_dispatcher", disp, f"alltoall on {eng.name} (it has no DeepEP/HybridEP dispatcher)")
+    if disp in ("deepep", "hybridep") and (model.moe is None or model.moe_layers == 0):
+        raise InputError("parallel.moe_dispatcher", disp, "alltoall for a model without MoE layers")
     n = cluster.num_gpus
     tp, pp, dp, cp, ep = (fixed.get(k) for k in ("tp", "pp", "dp", "cp", "ep"))
     vpp, mb, sp, zero = (fixed.get(k) for k in ("vpp", "micro_batch_size", "sequence_parallel", "zero"))

@@ -65,9 +65,26 @@ def test_the_estimate_prices_the_plan_dispatcher_and_the_default_is_the_all_to_a
     assert deep.step_time_s == hyb.step_time_s < a2a.step_time_s
     assert deep.time_breakdown_s["ep_comm_exposed_s"] < 0.5 * a2a.time_breakdown_s["ep_comm_exposed_s"]
     assert deep.memory_peak_bytes == a2a.memory_peak_bytes
-    par = ParallelConfig(**{**base, "dp": None})
-    raw = layer_costs(model, cluster, job, resolve(par, model, cluster, job, get_engine("megatron-core"))[0], C)[4]
-    assert raw["t_a2a"] > 0
+    par, filled = resolve(ParallelConfig(**{**base, "dp": None}), model, cluster, job, get_engine("megatron-core"))
+    assert par.moe_dispatcher == "alltoall" and "moe_dispatcher" in filled
+    raw_a = layer_costs(model, cluster, job, par, C)[4]
+    raw_d = layer_costs(model, cluster, job, par.replace(moe_dispatcher="deepep"), C)[4]
+    assert raw_d["t_a2a"] < raw_a["t_a2a"] / 3  # the cache keys on the dispatcher
+
+
+def test_a_fixed_dispatcher_is_searched_only_where_it_runs():
+    from planner.search.plan import plan
+    from planner.search.space import SearchOptions
+
+    model, cluster, job = load_model("qwen3-30b-a3b"), make_cluster("h100-sxm5-80gb", 16), Job(4096, 1024, "fp8")
+    res = plan(model, cluster, job, top_k=3, options=SearchOptions(fixed={"moe_dispatcher": "deepep"}))
+    for p in res.plans:
+        assert p.parallel.moe_dispatcher == "deepep" and p.parallel.ep * p.parallel.etp > 1
+        assert p.estimate.step_time_s == pytest.approx(estimate(model, cluster, job, p.parallel).step_time_s, rel=1e-9)
+    for engine, mid, why in (("torchtitan", "qwen3-30b-a3b", "alltoall on torchtitan"), ("megatron-core", "llama3.1-8b", "without MoE")):
+        with pytest.raises(InputError, match="parallel.moe_dispatcher") as e:
+            plan(load_model(mid), cluster, job, top_k=1, options=SearchOptions(fixed={"moe_dispatcher": "deepep"}, engine=engine))
+        assert why in str(e.value)
 
 
 @pytest.mark.parametrize("engine,model_id,ep,why", [

@@ -123,7 +123,8 @@ def test_megatron_lm_accepts(megatron_results, name):
         assert v.world % (a["expert_tensor_parallel_size"] * p.ep * p.pp) == 0
         assert a["expert_tensor_parallel_size"] == (p.etp or p.tp)
         assert a["overlap_moe_expert_parallel_comm"] == a["config_overlap_moe_expert_parallel_comm"] == bool(p.moe_a2a_overlap)
-        disp = getattr(p, "moe_dispatcher", None) or "alltoall"
+        disp = next(pl for pl in doc["plans"] if pl["rank"] == rank)["parallel"].get("moe_dispatcher") or "alltoall"
+        assert (p.moe_dispatcher or "alltoall") == disp
         assert a["config_moe_token_dispatcher_type"] == ("alltoall" if disp == "alltoall" else "flex")
         if disp != "alltoall":
             assert a["config_moe_flex_dispatcher_backend"] == disp
