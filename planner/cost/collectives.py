@@ -63,6 +63,8 @@ __all__ = [
     "collective",
     "collective_time",
     "algorithm_times",
+    "call_latency",
+    "pairwise_exchange_time",
     "group_shape",
     "cluster_levels",
     "simulate_ring_allreduce",
@@ -208,11 +210,25 @@ def algorithm_times(
         return {"local": 0.0}
     if m <= 1 or inter is None:
         times = _flat(op, nbytes, k * m, intra.bandwidth_bytes_per_s, intra.latency_s, intra.nvls_efficiency)
-        call = intra.call_latency_s
     else:
         times = _two_level(op, nbytes, k, m, intra, inter)
-        call = max(intra.call_latency_s, inter.call_latency_s)
+    call = call_latency(intra, inter, m)
     return {a: t + call for a, t in times.items()}
+
+
+def call_latency(intra: Level, inter: Level | None, m: int) -> float:
+    """The fixed cost of one collective call: the scale-up level's, or the larger of the two
+    levels' when the group spans ``m`` > 1 domains."""
+    return intra.call_latency_s if m <= 1 or inter is None else max(intra.call_latency_s, inter.call_latency_s)
+
+
+def pairwise_exchange_time(in_bytes: float, out_bytes: float, k: int, m: int, intra: Level, inter: Level) -> float:
+    """Seconds of a pairwise exchange (no call cost) in which each rank sends ``in_bytes`` in all
+    to the k - 1 other ranks of its domain and ``out_bytes`` to the m - 1 other domains through
+    its own share of the NICs, one alpha per peer step on each level, both levels at once."""
+    t_in = (k - 1) * intra.latency_s + in_bytes / intra.bandwidth_bytes_per_s
+    t_out = (m - 1) * inter.latency_s + out_bytes / inter.bandwidth_bytes_per_s
+    return max(t_in, t_out)
 
 
 
@@ -250,9 +266,7 @@ def _two_level(op: str, n: float, k: int, m: int, intra: Level, inter: Level) ->
     if op == "alltoall":
         # Pairwise exchange: of each rank's n bytes, (k-1)/p stay in the domain, (p-k)/p leave
         # it through the rank's own share of the NICs; both levels move data at the same time.
-        t_in = (k - 1) * ai + n * (k - 1) / p / bi
-        t_out = (m - 1) * ao + n * (p - k) / p / bo
-        return {"pairwise": max(t_in, t_out)}
+        return {"pairwise": pairwise_exchange_time(n * (k - 1) / p, n * (p - k) / p, k, m, intra, inter)}
     if op == "sendrecv":
         return {"p2p": ao + n / bo}
     # The k ranks of one domain each drive their own share of the NICs (rails), so a flat

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from planner.cost.collectives import Level, cluster_levels, collective, group_shape
+from planner.cost.collectives import Level, call_latency, cluster_levels, collective, group_shape, pairwise_exchange_time
 from planner.cost.network import Topology
 from planner.specs import ClusterSpec, ParallelConfig
 
@@ -179,15 +179,9 @@ def flex_dispatch_time(links: GroupLinks, tokens: float, hidden: int, experts: i
     if p <= 1 or tokens <= 0:
         return 0.0
     row = tokens * hidden * bytes_per_elem * load
-    ranks_hit = p * distinct_hit_fraction(experts, top_k, p)
-    intra, inter = links.intra, links.inter
-    t_in = (k - 1) * intra.latency_s + row * ranks_hit * (k - 1) / k / intra.bandwidth_bytes_per_s if k > 1 else 0.0
-    t_out = 0.0
-    if m > 1:
-        domains_hit = (m - 1) * distinct_hit_fraction(experts, top_k, m)
-        t_out = (m - 1) * inter.latency_s + row * domains_hit / inter.bandwidth_bytes_per_s
-    call = max(intra.call_latency_s, inter.call_latency_s) if m > 1 else intra.call_latency_s
-    return max(t_in, t_out) + call
+    in_bytes = row * p * distinct_hit_fraction(experts, top_k, p) * (k - 1) / k
+    out_bytes = row * (m - 1) * distinct_hit_fraction(experts, top_k, m)
+    return pairwise_exchange_time(in_bytes, out_bytes, k, m, links.intra, links.inter) + call_latency(links.intra, links.inter, m)
 
 
 def cp_ring_time(links: GroupLinks, kv_bytes: float) -> float:

@@ -108,13 +108,15 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
     # reduce_scatter_to_sequence_parallel_region).
     # The flex dispatcher (DeepEP / HybridEP) sends each token once per destination rank and, across
     # scale-up domains, once per destination domain (comm.flex_dispatch_time).
-    ep_bytes = moe_dispatch_bytes(mb * s / cp / tp, model.hidden, model.moe.top_k, moe_load_factor(model, ep, C)) if has_moe else 0.0
-    if has_moe and disp != "alltoall":
-        t_ep_a2a = flex_dispatch_time(links["ep"], mb * s / cp / tp, model.hidden, model.moe.experts, model.moe.top_k,
-                                      moe_load_factor(model, ep, C))
-    else:
-        t_ep_a2a = alltoall_time(links["ep"], ep_bytes) if has_moe else 0.0
-    t_a2a = t_ep_a2a + (links["etp"].time("allgather", etp * ep_bytes) if has_moe else 0.0)
+    t_ep_a2a = t_a2a = 0.0
+    if has_moe:
+        tokens, load = mb * s / cp / tp, moe_load_factor(model, ep, C)
+        ep_bytes = moe_dispatch_bytes(tokens, model.hidden, model.moe.top_k, load)
+        if disp == "alltoall":
+            t_ep_a2a = alltoall_time(links["ep"], ep_bytes)
+        else:
+            t_ep_a2a = flex_dispatch_time(links["ep"], tokens, model.hidden, model.moe.experts, model.moe.top_k, load)
+        t_a2a = t_ep_a2a + links["etp"].time("allgather", etp * ep_bytes)
     full = rec == "full"
 
     def cost(lt, moe: bool) -> dict[str, float]:

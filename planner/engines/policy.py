@@ -24,7 +24,7 @@ from planner.errors import InputError
 from planner.specs import ENGINE_FIELDS, ClusterSpec, GpuSpec, Job, ModelSpec, ParallelConfig
 
 __all__ = ["supports_flash", "resolve", "engine_flags", "check_engine", "default_split", "interleaving_ok", "least_layers", "default_etp",
-           "a2a_overlap_runs", "a2a_overlap_why"]
+           "a2a_overlap_runs", "a2a_overlap_why", "flex_dispatcher_why"]
 
 
 def supports_flash(gpu: GpuSpec) -> bool:
@@ -126,6 +126,23 @@ def a2a_overlap_why(engine: Engine, model: ModelSpec, ep: int, recompute: str | 
     return None
 
 
+def flex_dispatcher_why(engine: Engine, model: ModelSpec, dispatcher: str | None, ep: int | None = None,
+                        etp: int | None = None) -> str | None:
+    """Why ``engine`` cannot run the MoE token ``dispatcher`` (None when it can, or when it is the
+    all-to-all): Megatron-core's flex dispatcher with DeepEP / HybridEP needs an MoE model, and
+    DeepEP expert tp x ep > 1 (token_dispatcher.py MoEFlexTokenDispatcher). The degrees, when
+    None, are not checked (the search's check of fixed fields)."""
+    if dispatcher not in ("deepep", "hybridep"):
+        return None
+    if not engine.moe_flex_dispatcher:
+        return f"on {engine.name} (it has no DeepEP/HybridEP dispatcher)"
+    if model.moe is None or model.moe_layers == 0:
+        return "for a model without MoE layers"
+    if dispatcher == "deepep" and ep is not None and etp is not None and ep * etp <= 1:
+        return "with expert tp x ep = 1 (DeepEP needs TP x EP > 1: token_dispatcher.py)"
+    return None
+
+
 def default_etp(tp: int, dp: int, cp: int, ep: int) -> int:
     """Expert tensor parallelism: Megatron-core's default is tp; an expert-parallel group larger
     than dp x cp is only possible with ``--expert-tensor-parallel-size 1`` (the expert grid
@@ -210,13 +227,8 @@ def check_engine(model: ModelSpec, job: Job, par: ParallelConfig, engine: Engine
     if par.moe_a2a_overlap and (why := a2a_overlap_runs(engine, model, par)) is not None:
         raise InputError("parallel.moe_a2a_overlap", True, f"false on {e} (the expert all-to-all overlap needs {why})"
                          if engine.moe_a2a_overlap else f"false ({why})")
-    if par.moe_dispatcher in ("deepep", "hybridep"):
-        if not engine.moe_flex_dispatcher:
-            raise InputError("parallel.moe_dispatcher", par.moe_dispatcher, f"alltoall on {e} (it has no DeepEP/HybridEP dispatcher)")
-        if model.moe is None or model.moe_layers == 0:
-            raise InputError("parallel.moe_dispatcher", par.moe_dispatcher, "alltoall for a model without MoE layers")
-        if par.moe_dispatcher == "deepep" and par.ep * (par.etp or par.tp) <= 1:
-            raise InputError("parallel.moe_dispatcher", "deepep", "alltoall with expert tp x ep = 1 (DeepEP needs TP x EP > 1: token_dispatcher.py)")
+    if (why := flex_dispatcher_why(engine, model, par.moe_dispatcher, par.ep, par.etp or par.tp)) is not None:
+        raise InputError("parallel.moe_dispatcher", par.moe_dispatcher, f"alltoall {why}")
     if par.attention == "flash" and not engine.flash_attention:
         raise InputError("parallel.attention", "flash", f"unfused on {e}")
     if par.pp > 1 and par.schedule not in engine.schedules:

@@ -24,7 +24,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from planner.cost.rules import tp_ok
-from planner.engines import Engine, a2a_overlap_why, default_etp, default_split, get_engine, interleaving_ok, resolve
+from planner.engines import Engine, a2a_overlap_why, default_etp, default_split, flex_dispatcher_why, get_engine, interleaving_ok, resolve
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
 __all__ = ["SearchOptions", "divisors", "candidates", "candidate_tuples", "to_parallel", "schedules_for", "FIELDS", "TUPLE_FIELDS"]
@@ -140,7 +140,7 @@ def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: Sea
     recs = _pick(fx, "recompute", [r for r in opts.recompute if r in eng.recompute])
     interleave = bool(schedules_for(eng, 2, 2, fx.get("schedule"), opts.schedules))  # some schedule runs v > 1 chunks
     a2a_fixed = fx.get("moe_a2a_overlap") is True
-    deepep_fixed = fx.get("moe_dispatcher") == "deepep"
+    disp_fixed = fx.get("moe_dispatcher") if fx.get("moe_dispatcher") in ("deepep", "hybridep") else None  # the flex kernels
     for tp, cp, pp in itertools.product(tps, cps, pps):
         if n % (tp * cp * pp):
             continue
@@ -178,6 +178,6 @@ def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: Sea
                     continue  # interleaving needs the micro-batch count divisible by pp
                 if a2a_fixed and a2a_overlap_why(eng, model, ep, rec, pp, v, sched) is not None:
                     continue  # a fixed expert all-to-all overlap: only where the engine runs it
-                if deepep_fixed and ep * (fx.get("etp") or default_etp(tp, dp, cp, ep)) <= 1:
-                    continue  # DeepEP needs expert TP x EP > 1 (token_dispatcher.py MoEFlexTokenDispatcher)
+                if disp_fixed and flex_dispatcher_why(eng, model, disp_fixed, ep, fx.get("etp") or default_etp(tp, dp, cp, ep)):
+                    continue  # a fixed dispatcher: only where the engine runs it (DeepEP: expert tp x ep > 1)
                 yield (tp, pp, dp, cp, ep, v, mb, rec, z, sched)
