@@ -35,6 +35,18 @@ __all__ = [
 ]
 
 ACT_BYTES = 2  # bf16/fp16 activations
+DROPOUT_MASK_BYTES = 1  # torch dropout keeps a bool (1-byte) mask for the backward pass
+
+# Backward elementwise traffic / forward, counted per kernel on the tensors each touches
+# (2-byte elements, h the hidden and f the MLP width per token): a norm reads x and writes y
+# (4h) forward, reads x and the incoming gradient and writes the input gradient (6h) backward
+# (apex / TE fused layer norm); a fused residual add with dropout reads 2 and writes 1 tensor
+# plus the mask (7h) forward, reads the gradient and the mask and writes one gradient (5h)
+# backward, and the residual branches' gradients are summed (read 2, write 1: 6h each);
+# the MLP activation reads 1-2 and writes 1 tensor forward, reads its inputs and the gradient
+# and writes the input gradients backward (1.5-1.7x). Per layer that is 34h + 6f against
+# 22h + 4f for a GPT layer with dropout, 24h + 10f against 20h + 6f for a Llama layer: ~1.5x.
+BWD_ELEMENTWISE_TRAFFIC_RATIO = 1.5
 
 
 def gpu_generation(gpu: GpuSpec) -> str:
@@ -266,17 +278,19 @@ def layer_times(
         bwd_attn = batch * (sc_b + cx_b - 4 * C.GEMM_KERNEL_OVERHEAD_S) + 4 * C.GEMM_KERNEL_OVERHEAD_S + _stream_time(elems * 13, gpu, 2, C)
 
     # Elementwise traffic per token (bytes): two norms (read+write h each), two residual adds
-    # (read 2h, write h), dropout masks where the model trains with dropout, the MLP
-    # activation (read the up-projection output, write its input to down-projection).
+    # (read 2h, write h) with the dropout in the same kernel where the model trains with dropout
+    # (Megatron's jit-fused bias_dropout_add_fused_train, megatron/core/fusions/
+    # fused_bias_dropout.py: one pass that also writes the 1-byte mask), the MLP activation
+    # (read the up-projection output, write its input to down-projection).
     qw, kvw = attn_proj_dims(model)
     hid = h / (tp if sequence_parallel else 1)
     dropout = 2 if model.bias else 0
-    per_token = ACT_BYTES * (2 * 2 * hid + 2 * 3 * hid) + dropout * (ACT_BYTES * 2 + 1) * hid
+    per_token = ACT_BYTES * (2 * 2 * hid + 2 * 3 * hid) + dropout * DROPOUT_MASK_BYTES * hid
     act_in = 2 if mlp_matrices(model) == 3 else 1
     per_token += ACT_BYTES * (act_in + 1) * ffn_local
     per_token += ACT_BYTES * 2 * (qw + kvw) / tp  # rotary/bias on q, k (read + write)
     fwd_el = _stream_time(tokens * per_token, gpu, 8, C)
-    bwd_el = _stream_time(2 * tokens * per_token, gpu, 12, C)
+    bwd_el = _stream_time(BWD_ELEMENTWISE_TRAFFIC_RATIO * tokens * per_token, gpu, 12, C)
     return LayerTimes(fwd_gemm, bwd_gemm, fwd_attn, bwd_attn, fwd_el, bwd_el, q_fwd, q_bwd)
 
 

@@ -13,7 +13,7 @@ carries its own link efficiencies from then on.
 
 >>> from planner.cost.constants import DEFAULT_CONSTANTS
 >>> DEFAULT_CONSTANTS.TRAINING_KERNEL_EFFICIENCY
-0.84
+0.835
 >>> DEFAULT_CONSTANTS.replace(TRAINING_KERNEL_EFFICIENCY=0.7).TRAINING_KERNEL_EFFICIENCY
 0.7
 """
@@ -99,8 +99,12 @@ class Constants:
     # kernels (DeepSeek-V3 reserves 20 of 132 SMs for communication, arXiv 2412.19437 sec. 3.2.2).
     # This is a calibration constant shared by every GPU and case, set so that the per-layer
     # times of Korthikanti et al. 2022 Table 4 and the end-to-end runs in shared/validation agree
-    # on average; ``planner calibrate`` refits it for a user's cluster.
-    TRAINING_KERNEL_EFFICIENCY: float = 0.855
+    # on average; ``planner calibrate`` refits it for a user's cluster. History: 0.84, then 0.855
+    # while the norm/dropout traffic of layers without sequence parallelism was priced ~1.5x too
+    # high (a separate dropout pass; backward twice the forward bytes), which slowed every
+    # Megatron-DeepSpeed run and pulled the GEMMs faster to compensate; with that traffic counted
+    # per kernel (compute.BWD_ELEMENTWISE_TRAFFIC_RATIO) it is 0.835 (docs/research/steptime.md sec. 7).
+    TRAINING_KERNEL_EFFICIENCY: float = 0.835
 
     # Streaming (memory-bound) kernels reach 85-90% of HBM spec bandwidth (RRZE gpu-stream:
     # A100 85-99%; QuACK on H100 ~90%); fused-but-unoptimised PyTorch elementwise chains are
