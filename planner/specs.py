@@ -29,6 +29,7 @@ __all__ = [
     "SCHEDULES",
     "ATTENTION_KINDS",
     "MOE_DISPATCHERS",
+    "CUDA_GRAPHS",
     "ENGINE_FIELDS",
     "Tier",
 ]
@@ -42,6 +43,9 @@ ATTENTION_KINDS = ("flash", "unfused")
 # MoE token dispatchers: the all-to-all one (a copy per routed expert) and Megatron-core's flex
 # dispatcher with the DeepEP or HybridEP kernels (a copy per destination rank and node).
 MOE_DISPATCHERS = ("alltoall", "deepep", "hybridep")
+# CUDA-graph capture (Megatron-core --cuda-graph-impl): none, each transformer layer's forward
+# and backward (local, whole layer), or the whole forward-backward step (full_iteration)
+CUDA_GRAPHS = ("none", "layer", "full_iteration")
 INTRA_KINDS = ("nvswitch", "nvlink", "pcie", "xgmi")
 INTER_KINDS = ("infiniband", "roce", "ethernet", "omnipath", "none")
 
@@ -414,6 +418,9 @@ class ParallelConfig:
     # MoE token dispatcher: alltoall | deepep | hybridep (Megatron-core --moe-token-dispatcher-type
     # flex --moe-flex-dispatcher-backend); None: the engine's all-to-all
     moe_dispatcher: str | None = None
+    # CUDA graphs: none | layer | full_iteration (Megatron-core --cuda-graph-impl local |
+    # full_iteration); None: the engine's default (none)
+    cuda_graph: str | None = None
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "cp", "ep", "micro_batch_size"):
@@ -429,6 +436,8 @@ class ParallelConfig:
             _choice("parallel.attention", self.attention, ATTENTION_KINDS)
         if self.moe_dispatcher is not None:
             _choice("parallel.moe_dispatcher", self.moe_dispatcher, MOE_DISPATCHERS)
+        if self.cuda_graph is not None:
+            _choice("parallel.cuda_graph", self.cuda_graph, CUDA_GRAPHS)
         if self.zero is not None and (isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3)):
             raise InputError("parallel.zero", self.zero, "0, 1, 2 or 3")
         for f in ("sequence_parallel", "overlap_grad_reduce", "tp_comm_overlap", "async_tp_allreduce", "overlap_param_gather",
@@ -476,7 +485,7 @@ class ParallelConfig:
             "zero": self.zero, "schedule": self.schedule, "tp_comm_overlap": self.tp_comm_overlap, "async_tp_allreduce": self.async_tp_allreduce,
             "overlap_grad_reduce": self.overlap_grad_reduce, "overlap_param_gather": self.overlap_param_gather,
             "attention": self.attention, "etp": self.etp, "moe_a2a_overlap": self.moe_a2a_overlap,
-            "moe_dispatcher": self.moe_dispatcher,
+            "moe_dispatcher": self.moe_dispatcher, "cuda_graph": self.cuda_graph,
             "layers_per_stage": list(self.layers_per_stage) if self.layers_per_stage else None,
             "zero_shard_degree": self.zero_shard_degree,
         }
@@ -487,11 +496,11 @@ class ParallelConfig:
                 + f" vpp{self.vpp} mb{self.micro_batch_size} {self.recompute} z{self.zero}")
 
     def __repr__(self) -> str:
-        quiet = {"cp": 1, "ep": 1, "moe_dispatcher": "alltoall"}  # defaults a reader need not see
+        quiet = {"cp": 1, "ep": 1, "moe_dispatcher": "alltoall", "cuda_graph": "none"}  # defaults a reader need not see
         set_fields = ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items() if v is not None and quiet.get(k, object()) != v)
         return f"ParallelConfig({set_fields})"
 
 
 # Fields whose None means "the engine's default" (planner.engines.resolve).
 ENGINE_FIELDS = ("vpp", "recompute", "sequence_parallel", "zero", "schedule", "overlap_grad_reduce", "tp_comm_overlap",
-                 "async_tp_allreduce", "overlap_param_gather", "attention", "etp", "moe_a2a_overlap", "moe_dispatcher")
+                 "async_tp_allreduce", "overlap_param_gather", "attention", "etp", "moe_a2a_overlap", "moe_dispatcher", "cuda_graph")

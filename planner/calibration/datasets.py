@@ -64,15 +64,23 @@ ENGINE_RULES = _rules
 
 
 def run_model_fields(run_id: str) -> dict:
-    """Model fields the runs file cannot hold but its notes state: from the first of
-    ``run_engines.yaml``'s ``model_rules`` whose ``id_regex`` matches the run, else from the first
+    """Model fields the runs file cannot hold but its notes state: from ``run_engines.yaml``'s
+    ``model_rules`` whose ``id_regex`` matches the run (the first rule that names a field wins;
+    ``moe`` holds fields of the MoE block), else from the first
     engine rule that matches it and carries a ``model`` block (its ``model_why`` says where the
     notes say so)."""
     import re  # noqa: PLC0415
 
+    out: dict = {}
     for rule in _rules().get("model_rules", []):
         if re.search(rule["id_regex"], run_id):
-            return dict(rule["model"])
+            for k, v in rule["model"].items():  # every matching rule, the first one per field
+                if k == "moe":
+                    out["moe"] = {**v, **out.get("moe", {})}
+                else:
+                    out.setdefault(k, v)
+    if out:
+        return out
     for rule in _rules()["rules"]:
         if run_id.startswith(rule["id_prefix"]) and "model" in rule:
             return dict(rule["model"])

@@ -149,7 +149,7 @@ def fixed_fields(parallel: dict, notes: dict | None = None) -> dict:
         fixed["schedule"] = sched
         if sched in ("1f1b", "gpipe", "zb-h1", "zb-h2") and "vpp" not in fixed:
             fixed["vpp"] = 1
-    for k in ("layers_per_stage", "zero_shard_degree", "etp", "moe_a2a_overlap", "moe_dispatcher"):
+    for k in ("layers_per_stage", "zero_shard_degree", "etp", "moe_a2a_overlap", "moe_dispatcher", "cuda_graph"):
         if parallel.get(k) is not None:
             fixed[k] = tuple(parallel[k]) if k == "layers_per_stage" else parallel[k]
     return fixed
@@ -178,6 +178,10 @@ def with_sidecars(run: Run) -> tuple[Run, dict]:
     over = run_model_fields(run.id)
     recipe, _ = run_recipe(run.id)
     recipe = {k: v for k, v in recipe.items() if run.parallel.get(k) is None}  # only what the row leaves out
+    if over.get("moe") is not None and run.model.moe is not None:
+        over = {**over, "moe": dataclasses.replace(run.model.moe, **over["moe"])}
+    elif "moe" in over:
+        over = {k: v for k, v in over.items() if k != "moe"}
     if over or recipe:
         run = Run(run.id, dataclasses.replace(run.model, **over), run.job, run.cluster, {**run.parallel, **recipe},
                   run.measured, run.raw)

@@ -38,8 +38,9 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("engine overlaps", _OVERLAPS),
     ("pipeline split", ("vpp", "layers_per_stage", "schedule", "micro_batch_size")),
     ("layout", _LAYOUT + ("micro_batch_size",)),
-    # the dispatcher stays: the search never picks DeepEP/HybridEP (they need their package)
-    ("everything", tuple(k for k in ParallelConfig.__dataclass_fields__ if k != "moe_dispatcher")),
+    # the dispatcher and the CUDA-graph capture stay: the search never picks DeepEP/HybridEP (they
+    # need their package) or CUDA graphs (their capture constraints are the user's to meet)
+    ("everything", tuple(k for k in ParallelConfig.__dataclass_fields__ if k not in ("moe_dispatcher", "cuda_graph"))),
 )
 
 

@@ -145,6 +145,7 @@ def read_deepspeed_json(path: Path, base: Draft | None = None) -> Draft:
     d.default("parallel.tp_comm_overlap", False, "DeepSpeed: no TP overlap")
     d.default("parallel.moe_a2a_overlap", False, "DeepSpeed: no expert all-to-all overlap")
     d.default("parallel.moe_dispatcher", "alltoall", "DeepSpeed MoE: all-to-all dispatch")
+    d.default("parallel.cuda_graph", "none", "DeepSpeed: eager launches")
     d.default("parallel.async_tp_allreduce", False, "DeepSpeed: blocking TP all-reduces")
     if not d.has("parallel.attention"):
         d.post.append(_attention)

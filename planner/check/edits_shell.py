@@ -131,6 +131,12 @@ def megatron_flags(par: ParallelConfig, old: ParallelConfig, model, legacy: bool
         want["--moe-token-dispatcher-type"] = ["alltoall" if new_d == "alltoall" else "flex"]
         want["--moe-flex-dispatcher-backend"] = None if new_d == "alltoall" else [new_d]
         want["--moe-enable-deepep"] = None  # deprecated; Megatron refuses it beside a backend or without flex
+    new_g, old_g = par.cuda_graph or "none", old.cuda_graph or "none"
+    if new_g != old_g:
+        want["--cuda-graph-impl"] = None if new_g == "none" else ["local" if new_g == "layer" else "full_iteration"]
+        want["--enable-cuda-graph"] = want["--external-cuda-graph"] = None  # deprecated; refused beside --cuda-graph-impl
+        if new_g == "full_iteration":
+            want["--no-check-for-nan-in-loss-and-grad"] = True
     return want
 
 

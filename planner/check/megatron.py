@@ -292,6 +292,33 @@ def _moe(d: Draft, p: Parsed) -> None:
         d.default("parallel.moe_dispatcher", "alltoall", "the all-to-all (or allgather) dispatcher")
 
 
+def _cuda_graph(d: Draft, p: Parsed) -> None:
+    """CUDA graphs (TransformerConfig.cuda_graph_impl, TC:1075): local or transformer_engine with
+    no --cuda-graph-modules capture whole layers (the planner's ``layer``), full_iteration (or the
+    older --cuda-graph-scope full_iteration) the whole step; the deprecated --enable-cuda-graph /
+    --external-cuda-graph become local / transformer_engine (ARGS:611-629). A module subset
+    (attn, moe_router, ...) is not a planner setting: priced as eager launches."""
+    impl = p.one("--cuda-graph-impl") if p.has("--cuda-graph-impl") else None
+    flag = "--cuda-graph-impl"
+    if impl is None and p.has("--enable-cuda-graph"):
+        impl, flag = "local", "--enable-cuda-graph"
+    elif impl is None and p.has("--external-cuda-graph"):
+        impl, flag = "transformer_engine", "--external-cuda-graph"
+    if impl in (None, "none"):
+        d.default("parallel.cuda_graph", "none", "Megatron default: no CUDA graphs (TC cuda_graph_impl none)")
+        return
+    scope = p.many("--cuda-graph-scope") or []
+    modules = [m for m in (p.many("--cuda-graph-modules") or []) if m not in ("full", "full_iteration")]
+    if impl == "full_iteration" or "full_iteration" in scope:
+        d.set("parallel.cuda_graph", "full_iteration", "file", _src(p, flag))
+    elif modules:
+        d.unmodelled.append(f"{flag} {impl} with --cuda-graph-modules {' '.join(modules)}: graphs of part of each layer, "
+                            "priced as eager launches")
+        d.set("parallel.cuda_graph", "none", "file", _src(p, "--cuda-graph-modules"))
+    else:
+        d.set("parallel.cuda_graph", "layer", "file", _src(p, flag))
+
+
 def _job(d: Draft, p: Parsed) -> None:
     seq = p.int("--seq-length") or p.int("--decoder-seq-length") or p.int("--encoder-seq-length")
     if seq:
@@ -485,6 +512,7 @@ def _parallel(d: Draft, p: Parsed) -> None:
     _set(d, "parallel.moe_a2a_overlap", p.has("--overlap-moe-expert-parallel-comm"), p, "--overlap-moe-expert-parallel-comm",
          "Megatron default: off (ModelParallelConfig.overlap_moe_expert_parallel_comm)")
     d.default("parallel.moe_dispatcher", "alltoall", "no MoE dispatcher flag (a dense model, or the all-to-all one)")
+    _cuda_graph(d, p)
     if p.legacy:
         d.set("parallel.async_tp_allreduce", False, "default", "2021 engine: blocking TP all-reduces")
     else:

@@ -62,6 +62,7 @@ def read_plan_doc(path: Path, doc: dict, rank: int | None = None) -> Draft:
             d.set(f"parallel.{key}", tuple(v) if key == "layers_per_stage" and v is not None else v, "file",
                   f"{name}: plans[rank {rank}].parallel.{key}")
     d.default("parallel.moe_dispatcher", "alltoall", "a plan without it: the all-to-all dispatcher")
+    d.default("parallel.cuda_graph", "none", "a plan without it: eager launches")
     if doc.get("constants"):
         d.unmodelled.append(f"constants {sorted(doc['constants'])}: the plan was priced with a calibration profile; "
                             "checked with the published constants")

@@ -285,6 +285,7 @@ def _parallel(d: Draft, s: TitanSettings, shape: dict, cluster) -> None:
     d.set("parallel.tp_comm_overlap", False, s.kind(P + "enable_async_tensor_parallel"), s.where(P + "enable_async_tensor_parallel"))
     d.default("parallel.moe_a2a_overlap", False, "torchtitan: no expert all-to-all overlap with another micro-batch")
     d.default("parallel.moe_dispatcher", "alltoall", "torchtitan: its all-to-all token dispatch")
+    d.default("parallel.cuda_graph", "none", "torchtitan: eager launches (torch.compile without CUDA graphs)")
     if asynctp and tp > 1:
         d.unmodelled.append("enable_async_tensor_parallel: async TP (micro-pipelined TP collectives under torch.compile); the "
                             "torchtitan engine profile prices TP collectives exposed")

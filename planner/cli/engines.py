@@ -23,7 +23,7 @@ engines_app = typer.Typer(help="Training engines: list them with their features,
 app.add_typer(engines_app, name="engines")
 
 FEATURE_COLUMNS = ("engine", "TP", "SP", "CP", "EP", "flash attn", "recompute", "ZeRO (with PP)", "schedules", "uneven VPP",
-                   "TP overlap", "DP overlap", "EP overlap", "DeepEP/HybridEP")
+                   "TP overlap", "DP overlap", "EP overlap", "DeepEP/HybridEP", "CUDA graphs")
 
 
 def _yes(b: bool) -> str:
@@ -37,7 +37,7 @@ def feature_row(e) -> tuple[str, ...]:
     overlaps = [n for n, b in (("grad", e.overlap_grad_reduce), ("param", e.overlap_param_gather)) if b]
     return (e.name, _yes(e.tensor_parallel), sp, _yes(e.context_parallel), _yes(e.expert_parallel), _yes(e.flash_attention),
             "/".join(e.recompute), zero, ", ".join(e.schedules), _yes(e.uneven_interleaving), _yes(e.tp_comm_overlap),
-            "+".join(overlaps) or "-", _yes(e.moe_a2a_overlap), _yes(e.moe_flex_dispatcher))
+            "+".join(overlaps) or "-", _yes(e.moe_a2a_overlap), _yes(e.moe_flex_dispatcher), _yes(e.cuda_graphs))
 
 
 def _engines():

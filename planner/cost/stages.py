@@ -22,7 +22,7 @@ from planner.engines.profile import Engine
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
 __all__ = ["p2p_send_time", "layer_costs", "a2a_merged_fraction", "stage_time_parts", "dense_in", "dense_counts", "stage_memory", "stage_sync", "overlap_exposed",
-           "embedding_sync_time", "StageSync", "host_exposed", "stage_fw"]
+           "embedding_sync_time", "StageSync", "host_exposed", "layer_host_s", "stage_fw"]
 
 
 def _per_rank_links(g: GroupLinks, cluster: ClusterSpec) -> GroupLinks:
@@ -66,13 +66,13 @@ def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelC
         merged = a2a_merged_fraction(par, par.num_microbatches(job.global_batch_size)) if par.moe_a2a_overlap else 0.0
     key = (par.tp, par.pp, par.dp, par.cp, par.ep, par.vpp, par.micro_batch_size, par.recompute,
            bool(par.sequence_parallel and par.tp > 1), bool(par.tp_comm_overlap), bool(par.async_tp_allreduce), par.attention == "flash",
-           par.etp or par.tp, merged, par.moe_dispatcher or "alltoall")
+           par.etp or par.tp, merged, par.moe_dispatcher or "alltoall", par.cuda_graph or "none")
     return _layer_costs(model, cluster, job, key, C)
 
 
 @lru_cache(maxsize=65536)
 def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C: Constants) -> tuple:
-    tp, pp, dp, cp, ep, v, mb, rec, sp, tpo, asy, flash, etp, merged, disp = key
+    tp, pp, dp, cp, ep, v, mb, rec, sp, tpo, asy, flash, etp, merged, disp, graph = key
     gpu = cluster.gpu
     prec = job.precision
     s = job.seq_len
@@ -138,12 +138,12 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
             a2a_only = 4 * t_ep_a2a
             hidden = min(a2a_only, C.COMM_COMPUTE_OVERLAP_EFFICIENCY * (lt.fwd_s + lt.bwd_s))
             out["ep_comm"] -= merged * hidden
-        kf, kb = layer_kernels(model, tp, sp, flash, moe, ep)
-        out["host"] = host_exposed(sum(out.values()), C.HOST_SECONDS_PER_KERNEL * (kf + kb + (kf if full else 0)), C)
+        out["host"] = host_exposed(sum(out.values()), layer_host_s(model, tp, sp, flash, moe, ep, full, graph, C), C)
         return out
 
     lg_f, lg_b = logits_times(model, gpu, prec, mb, s, tp, cp, C)
-    lg_b += host_exposed(lg_f + lg_b, C.HOST_SECONDS_PER_KERNEL * C.HOST_LOGITS_KERNELS, C)
+    if graph != "full_iteration":  # the output layer and loss run outside per-layer graphs
+        lg_b += host_exposed(lg_f + lg_b, C.HOST_SECONDS_PER_KERNEL * C.HOST_LOGITS_KERNELS, C)
     a2a_f = 2 * t_a2a  # dispatch + combine of one forward
 
     def fw(lt, moe: bool) -> tuple[float, float]:
@@ -156,6 +156,23 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
            "tp_fwd_exposed_s": tp_fwd, "tp_bwd_exposed_s": tp_bwd, "fw_dense": fw(lt_d, False), "fw_moe": fw(lt_m, True),
            "fw_last": (lg_f, 0.0)}
     return cost(lt_d, False), cost(lt_m, True), lg_f + lg_b, (2 * v * t_p2p if pp > 1 else 0.0), raw
+
+
+def layer_host_s(model: ModelSpec, tp: int, sp: bool, flash: bool, moe: bool, ep: int, full: bool, graph: str, C: Constants) -> float:
+    """Host (CPU) seconds to issue one layer's work for one micro-batch. Eager: every kernel of
+    the forward, backward and recomputed forward is issued from Python (compute.layer_kernels;
+    Constants.HOST_SECONDS_PER_KERNEL each). A whole-layer CUDA graph (Megatron-core
+    --cuda-graph-impl local: CudaGraphManager records each layer's forward and backward once and
+    replays them) issues one graph per pass instead, one Python-level call each (the same
+    per-call figure; the graph launch itself is a few microseconds, CUDA 12 constant-time
+    launch of straight-line graphs). A full-iteration graph replays the whole step: no
+    per-layer host work."""
+    if graph == "full_iteration":
+        return 0.0
+    if graph == "layer":
+        return C.HOST_SECONDS_PER_KERNEL * 2  # the forward graph and the backward graph
+    kf, kb = layer_kernels(model, tp, sp, flash, moe, ep)
+    return C.HOST_SECONDS_PER_KERNEL * (kf + kb + (kf if full else 0))
 
 
 def host_exposed(gpu_s: float, host_s: float, C: Constants) -> float:

@@ -155,7 +155,7 @@ def load_plan_view(plan_doc: dict, rank: int = 1) -> PlanView:
     par = _get(chosen, "parallel", f"plans[rank={rank}]")
     keys = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "sequence_parallel", "zero", "schedule", "tp_comm_overlap",
             "async_tp_allreduce", "overlap_grad_reduce", "overlap_param_gather", "attention", "zero_shard_degree")
-    keys += tuple(k for k in ("etp", "moe_a2a_overlap", "moe_dispatcher") if k in ParallelConfig.__dataclass_fields__)  # engine-decided MoE fields
+    keys += tuple(k for k in ("etp", "moe_a2a_overlap", "moe_dispatcher", "cuda_graph") if k in ParallelConfig.__dataclass_fields__)  # engine-decided fields
     pkw = {k: par[k] for k in keys if isinstance(par, dict) and par.get(k) is not None}
     lps = par.get("layers_per_stage") if isinstance(par, dict) else None
     parallel = ParallelConfig(layers_per_stage=tuple(lps) if lps is not None else None, **pkw)

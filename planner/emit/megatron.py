@@ -204,6 +204,14 @@ def _memory_args(v: PlanView) -> list[str]:
     elif p.recompute == "full":
         # uniform, 1 layer per chunk: every transformer layer is checkpointed (core/recompute.py:157-183).
         a += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    graph = getattr(p, "cuda_graph", None) or "none"
+    if graph == "layer":
+        # each transformer layer's forward and backward captured and replayed (CudaGraphManager;
+        # empty --cuda-graph-modules = the whole layer, TC cuda_graph_modules)
+        a += ["--cuda-graph-impl", "local"]
+    elif graph == "full_iteration":
+        # the whole forward-backward step as one graph; validate_args requires the NaN check off (ARGS)
+        a += ["--cuda-graph-impl", "full_iteration", "--no-check-for-nan-in-loss-and-grad"]
     if p.zero >= 1:
         a.append("--use-distributed-optimizer")  # ZeRO-1: optimizer states sharded over DP
     if p.overlap_grad_reduce and p.dp * p.cp > 1:

@@ -24,7 +24,7 @@ from planner.errors import InputError
 from planner.specs import ENGINE_FIELDS, ClusterSpec, GpuSpec, Job, ModelSpec, ParallelConfig
 
 __all__ = ["supports_flash", "resolve", "engine_flags", "check_engine", "default_split", "interleaving_ok", "least_layers", "default_etp",
-           "a2a_overlap_runs", "a2a_overlap_why", "flex_dispatcher_why"]
+           "a2a_overlap_runs", "a2a_overlap_why", "flex_dispatcher_why", "cuda_graph_why"]
 
 
 def supports_flash(gpu: GpuSpec) -> bool:
@@ -143,6 +143,24 @@ def flex_dispatcher_why(engine: Engine, model: ModelSpec, dispatcher: str | None
     return None
 
 
+def cuda_graph_why(engine: Engine, model: ModelSpec, graph: str | None, recompute: str | None = None) -> str | None:
+    """Why ``engine`` cannot capture ``graph`` CUDA graphs (None when it can, or for none).
+    Megatron-core (transformer_config.py, cuda_graph_impl checks): full recompute only with the
+    full-iteration graph; a whole-layer graph cannot hold a dropless MoE layer, whose dispatcher
+    copies the token counts to the host (its MoE capture needs capacity padding:
+    "moe cuda graph is only supported with drop-padding MoE"). ``recompute`` None: not checked."""
+    if graph in (None, "none"):
+        return None
+    if not engine.cuda_graphs:
+        return f"on {engine.name} (it has no CUDA-graph capture in training)"
+    if graph == "layer":
+        if recompute == "full":
+            return "with full recompute (Megatron-core captures full recompute only in a full-iteration graph)"
+        if model.moe is not None and model.moe_layers > 0 and model.moe.capacity_factor is None:
+            return "for dropless MoE layers (their token counts go to the host; whole-layer capture needs moe.capacity_factor)"
+    return None
+
+
 def default_etp(tp: int, dp: int, cp: int, ep: int) -> int:
     """Expert tensor parallelism: Megatron-core's default is tp; an expert-parallel group larger
     than dp x cp is only possible with ``--expert-tensor-parallel-size 1`` (the expert grid
@@ -194,6 +212,9 @@ def resolve(par: ParallelConfig, model: ModelSpec, cluster: ClusterSpec, job: Jo
     if par.moe_dispatcher is None:
         ch["moe_dispatcher"] = "alltoall"  # what the planner's launch files set (--moe-token-dispatcher-type alltoall)
         out = replace(out, moe_dispatcher="alltoall")
+    if par.cuda_graph is None:
+        ch["cuda_graph"] = "none"  # eager launches: every engine's default (Megatron-core --cuda-graph-impl none)
+        out = replace(out, cuda_graph="none")
     return out, tuple(k for k in ("dp",) + ENGINE_FIELDS if k in ch)
 
 
@@ -229,6 +250,8 @@ def check_engine(model: ModelSpec, job: Job, par: ParallelConfig, engine: Engine
                          if engine.moe_a2a_overlap else f"false ({why})")
     if (why := flex_dispatcher_why(engine, model, par.moe_dispatcher, par.ep, par.etp or par.tp)) is not None:
         raise InputError("parallel.moe_dispatcher", par.moe_dispatcher, f"alltoall {why}")
+    if (why := cuda_graph_why(engine, model, par.cuda_graph, par.recompute)) is not None:
+        raise InputError("parallel.cuda_graph", par.cuda_graph, f"none {why}")
     if par.attention == "flash" and not engine.flash_attention:
         raise InputError("parallel.attention", "flash", f"unfused on {e}")
     if par.pp > 1 and par.schedule not in engine.schedules:

@@ -156,6 +156,7 @@ class Engine:
     padded_interleaving: bool = False  # noop layers pad rank 0's first and the last rank's last chunk (ZB fork)
     moe_a2a_overlap: bool = False  # the expert all-to-all overlapped with another micro-batch's compute
     moe_flex_dispatcher: bool = False  # DeepEP / HybridEP token dispatch (one copy per destination rank and node)
+    cuda_graphs: bool = False  # CUDA-graph capture of layers or of the whole step (--cuda-graph-impl)
 
     @property
     def zero_stages(self) -> tuple[int, ...]:
@@ -223,6 +224,7 @@ def _from_dict(d: dict, where: str) -> Engine:
         memory=_memory(d.get("memory") or {}, where), padded_interleaving=bool(feats.get("padded_interleaving", False)),
         moe_a2a_overlap=bool(feats.get("moe_a2a_overlap", False)),
         moe_flex_dispatcher=bool(feats.get("moe_flex_dispatcher", False)),
+        cuda_graphs=bool(feats.get("cuda_graphs", False)),
     )
 
 

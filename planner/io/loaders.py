@@ -288,7 +288,7 @@ _RUN_KEYS = {"id", "source", "model", "job", "hardware", "parallel", "measured",
 _PARALLEL_KEYS = {
     "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "sequence_parallel",
     "zero", "schedule", "num_microbatches", "layers_per_stage", "zero_shard_degree",
-    "etp", "moe_a2a_overlap", "moe_dispatcher",  # the planner's extensions of planner-runs/1 (a user's own runs may state them)
+    "etp", "moe_a2a_overlap", "moe_dispatcher", "cuda_graph",  # the planner's extensions of planner-runs/1 (a user's own runs may state them)
 }
 _MEASURED_KEYS = {"step_time_s", "basis", "tflops_per_gpu_reported", "mfu_reported_pct", "memory_peak_bytes", "memory_metric"}
 

@@ -236,6 +236,7 @@ def plan(
     given = {k: fixed.get(k) for k in ("sequence_parallel", "attention", "tp_comm_overlap", "async_tp_allreduce",
                                          "overlap_grad_reduce", "overlap_param_gather")}
     disp = fixed.get("moe_dispatcher") or "alltoall"  # not searched: the fixed one, else the engine's all-to-all
+    graph = fixed.get("cuda_graph") or "none"  # not searched: the fixed capture, else eager launches
     flag_cache: dict = {}
     per_layer_cache: dict = {}
     p2p_cache: dict = {}
@@ -265,7 +266,7 @@ def plan(
         a2a = fixed.get("moe_a2a_overlap")
         if a2a is None:
             a2a = a2a_overlap_why(eng, model, ep, rec, pp, v, sched) is None
-        lk = (tp, cp, ep, mb, rec, f["sequence_parallel"], f["tp_comm_overlap"], f["async_tp_allreduce"], f["attention"], etp, a2a, disp)
+        lk = (tp, cp, ep, mb, rec, f["sequence_parallel"], f["tp_comm_overlap"], f["async_tp_allreduce"], f["attention"], etp, a2a, disp, graph)
         if lk not in per_layer_cache:
             per_layer_cache[lk] = per_layer_time(model, cluster, job, lk, C)
         m = job.global_batch_size // (mb * dp)
@@ -300,6 +301,8 @@ def plan(
             par = par.replace(moe_a2a_overlap=a2a_overlap_why(eng, model, ep, rec, pp, v, sched) is None)
         if par.moe_dispatcher is None:
             par = par.replace(moe_dispatcher=disp)
+        if par.cuda_graph is None:
+            par = par.replace(cuda_graph=graph)
         evaluated += 1
         lps = lps_fixed or default_split(model, pp, v, eng)
         may_split = par.pp > 1 and opts.uneven_split and lps_fixed is None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from planner.cost.rules import tp_ok, tp_rule
-from planner.engines import default_split, flex_dispatcher_why, get_engine, interleaving_ok
+from planner.engines import cuda_graph_why, default_split, flex_dispatcher_why, get_engine, interleaving_ok
 from planner.errors import InputError
 from planner.search.space import divisors
 from planner.specs import ParallelConfig
@@ -33,6 +33,8 @@ def check_fixed(model, cluster, job, opts) -> None:
         raise InputError("parallel.moe_a2a_overlap", True, "false for a model without MoE layers")
     if (why := flex_dispatcher_why(eng, model, fixed.get("moe_dispatcher"))) is not None:
         raise InputError("parallel.moe_dispatcher", fixed["moe_dispatcher"], f"alltoall {why}")
+    if (why := cuda_graph_why(eng, model, fixed.get("cuda_graph"), fixed.get("recompute"))) is not None:
+        raise InputError("parallel.cuda_graph", fixed["cuda_graph"], f"none {why}")
     n = cluster.num_gpus
     tp, pp, dp, cp, ep = (fixed.get(k) for k in ("tp", "pp", "dp", "cp", "ep"))
     vpp, mb, sp, zero = (fixed.get(k) for k in ("vpp", "micro_batch_size", "sequence_parallel", "zero"))

@@ -24,7 +24,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from planner.cost.rules import tp_ok
-from planner.engines import Engine, a2a_overlap_why, default_etp, default_split, flex_dispatcher_why, get_engine, interleaving_ok, resolve
+from planner.engines import Engine, a2a_overlap_why, cuda_graph_why, default_etp, default_split, flex_dispatcher_why, get_engine, interleaving_ok, resolve
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
 __all__ = ["SearchOptions", "divisors", "candidates", "candidate_tuples", "to_parallel", "schedules_for", "FIELDS", "TUPLE_FIELDS"]
@@ -32,7 +32,7 @@ __all__ = ["SearchOptions", "divisors", "candidates", "candidate_tuples", "to_pa
 # The fields a search may fix or choose.
 FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "sequence_parallel", "zero", "schedule",
           "attention", "tp_comm_overlap", "async_tp_allreduce", "overlap_grad_reduce", "overlap_param_gather", "moe_a2a_overlap",
-          "moe_dispatcher")
+          "moe_dispatcher", "cuda_graph")
 # A candidate tuple, in this order.
 TUPLE_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "zero", "schedule")
 
@@ -92,7 +92,7 @@ def to_parallel(t: tuple, fixed: dict | None = None) -> ParallelConfig:
     stay None for :func:`planner.engines.resolve`."""
     kw = dict(zip(TUPLE_FIELDS, t))
     for k in ("sequence_parallel", "attention", "tp_comm_overlap", "async_tp_allreduce", "overlap_grad_reduce",
-              "overlap_param_gather", "layers_per_stage", "zero_shard_degree", "etp", "moe_a2a_overlap", "moe_dispatcher"):
+              "overlap_param_gather", "layers_per_stage", "zero_shard_degree", "etp", "moe_a2a_overlap", "moe_dispatcher", "cuda_graph"):
         if fixed and fixed.get(k) is not None:
             kw[k] = tuple(fixed[k]) if k == "layers_per_stage" else fixed[k]
     return ParallelConfig(**kw)
@@ -141,6 +141,8 @@ def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: Sea
     interleave = bool(schedules_for(eng, 2, 2, fx.get("schedule"), opts.schedules))  # some schedule runs v > 1 chunks
     a2a_fixed = fx.get("moe_a2a_overlap") is True
     disp_fixed = fx.get("moe_dispatcher") if fx.get("moe_dispatcher") in ("deepep", "hybridep") else None  # the flex kernels
+    graph_fixed = fx.get("cuda_graph")
+    recs = [r for r in recs if cuda_graph_why(eng, model, graph_fixed, r) is None]  # a fixed graph: the recompute it captures
     for tp, cp, pp in itertools.product(tps, cps, pps):
         if n % (tp * cp * pp):
             continue

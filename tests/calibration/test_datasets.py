@@ -11,7 +11,8 @@ import pytest
 from planner.calibration.datasets import _recipes, _rules, dataset_path, run_engine, run_model_fields, run_recipe
 from planner.calibration.validate import fill_and_predict, with_sidecars
 from planner.io.loaders import load_runs
-from planner.specs import MOE_DISPATCHERS, RECOMPUTE_KINDS
+from planner import estimate
+from planner.specs import CUDA_GRAPHS, MOE_DISPATCHERS, RECOMPUTE_KINDS
 
 ALL = {name: load_runs(dataset_path(name)) for name in ("public", "vtrain-multi", "modern", "memory")}
 IDS = [r.id for runs in ALL.values() for r in runs]
@@ -23,7 +24,7 @@ def test_every_recipe_rule_covers_rows_cites_and_fills_only_unknowns(rule):
     assert hits, "a rule that covers no run"
     assert rule["source"] and rule["why"]
     for k, v in (rule.get("parallel") or {}).items():
-        assert k in ("recompute", "etp", "moe_a2a_overlap", "moe_dispatcher"), k
+        assert k in ("recompute", "etp", "moe_a2a_overlap", "moe_dispatcher", "cuda_graph"), k
         if v is None:
             continue  # kept unknown: later rules do not set it
         if k == "recompute":
@@ -32,6 +33,8 @@ def test_every_recipe_rule_covers_rows_cites_and_fills_only_unknowns(rule):
             assert isinstance(v, int) and v >= 1
         elif k == "moe_dispatcher":
             assert v in MOE_DISPATCHERS
+        elif k == "cuda_graph":
+            assert v in CUDA_GRAPHS
         else:
             assert isinstance(v, bool)
     by_id = {r.id: r for runs in ALL.values() for r in runs}
@@ -62,10 +65,38 @@ def test_model_rules_match_rows_cite_their_source_and_give_deepseek_its_mla():
     assert run_model_fields("mb2511-qwen3_30b_a3b-fp8cs-16h100") == {}
 
 
+def test_every_matching_model_rule_applies_and_token_drop_rows_get_their_capacity():
+    """DeepSeek-V3 25.09 token-drop rows take MLA from one rule and capacity 1.0 from another
+    (Megatron-Bridge apply_moe_token_drop); dropless rows keep capacity None."""
+    run = next(r for r in ALL["modern"] if r.id == "mb2509-deepseek_v3-tokendrop-fp8-256b200")
+    read, _ = with_sidecars(run)
+    assert read.model.kv_lora_rank == 512 and read.model.moe.capacity_factor == 1.0
+    assert run.model.moe.capacity_factor is None  # the row alone is read as dropless
+    dropless = next(r for r in ALL["modern"] if r.id == "mb2509-deepseek_v3-dropless-fp8-1024h100")
+    assert with_sidecars(dropless)[0].model.moe.capacity_factor is None
+
+
+def test_recipe_cuda_graphs_reach_the_prediction():
+    """Qwen3-235B on 64 GB200 (25.09) captures per-layer CUDA graphs: validate prices them, and
+    the host term is a small part of what the same row costs eager."""
+    import dataclasses
+
+    from planner.calibration.validate import validate_runs
+
+    run = next(r for r in ALL["modern"] if r.id == "mb2509-qwen3_235b_a22b-tokendrop-fp8-64gb200")
+    res, _ = validate_runs([run], median=False)
+    assert res[0].parallel.cuda_graph == "layer" and res[0].from_recipe.get("cuda_graph") == "layer"
+    read, _ = with_sidecars(run)
+    graphed = res[0].estimate
+    eager = estimate(read.model, read.cluster, read.job, dataclasses.replace(graphed.parallel, cuda_graph="none"))
+    assert graphed.time_breakdown_s["host_exposed_s"] < 0.1 * eager.time_breakdown_s["host_exposed_s"]
+    assert graphed.step_time_s < eager.step_time_s
+
+
 def test_a_recipe_field_is_fixed_in_the_fill_and_reported():
     run = next(r for r in ALL["modern"] if r.id == "mb2606-llama31_405b-fp8-1024h100")
     res = fill_and_predict(run, median=False)
-    assert res.from_recipe == {"recompute": "none"} and "recompute" not in res.filled
+    assert res.from_recipe == {"recompute": "none", "cuda_graph": "none"} and "recompute" not in res.filled
     assert res.parallel.recompute == "none"
 
 

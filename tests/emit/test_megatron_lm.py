@@ -65,10 +65,18 @@ def _flex_doc(backend: str) -> dict:
     return doc
 
 
+def _graph_doc(graph: str) -> dict:
+    """Llama 3.1 70B on 64 GPUs with per-layer or full-iteration CUDA graphs (no full recompute)."""
+    doc = copy.deepcopy(load("llama70b_64gpu"))
+    doc["plans"][0]["parallel"].update(cuda_graph=graph, recompute="none" if graph == "layer" else doc["plans"][0]["parallel"]["recompute"])
+    return doc
+
+
 CASES = {f"{fx}-{r}": (load(fx), r) for fx, r in MEGATRON_PLANS}
 CASES.update({"layout-vpp1": (_layout_doc(1), 1), "layout-vpp2": (_layout_doc(2), 1), "odd-chunks-vpp2": (_odd_doc(), 1),
               "a2a-overlap-etp1": (_a2a_overlap_doc(1), 3), "a2a-overlap-etp-tp": (_a2a_overlap_doc(2), 3),
-              "flex-deepep": (_flex_doc("deepep"), 3), "flex-hybridep": (_flex_doc("hybridep"), 3)})
+              "flex-deepep": (_flex_doc("deepep"), 3), "flex-hybridep": (_flex_doc("hybridep"), 3),
+              "cuda-graph-layer": (_graph_doc("layer"), 1), "cuda-graph-full-iteration": (_graph_doc("full_iteration"), 1)})
 
 
 def _controls() -> list[dict]:

@@ -42,7 +42,8 @@ def _model(rng: random.Random) -> ModelSpec:
 @pytest.mark.parametrize("engine", [None, "megatron-zb", "torchtitan"])
 @pytest.mark.parametrize("seed", range(6))
 def test_step_lower_bound_never_exceeds_the_estimate(seed, engine):
-    """For every schedule the engine runs (zero-bubble ones and DualPipeV included)."""
+    """For every schedule the engine runs (zero-bubble ones and DualPipeV included), and with
+    each CUDA-graph capture on Megatron-core (the host term the bound counts)."""
     rng = random.Random(1000 + seed)
     model = _model(rng)
     cluster = make_cluster(rng.choice(["a100-sxm4-80gb", "h100-sxm5-80gb"]), rng.choice([8, 16]))
@@ -53,11 +54,12 @@ def test_step_lower_bound_never_exceeds_the_estimate(seed, engine):
     checked = 0
     for t in tuples[:25]:
         tp, pp, dp, cp, ep, v, mb, rec, z, sched = t
-        par = to_parallel(t)
+        graph = ("none", "layer", "full_iteration")[seed % 3] if engine is None else "none"
+        par = to_parallel(t, {"cuda_graph": graph})
         f = engine_flags(eng, cluster.gpu, tp, z, None, pp)
         p2p = p2p_per_stage(model, cluster, job, (tp, cp, dp, pp, mb, v), C) if pp > 1 else 0.0
         lk = (tp, cp, ep, mb, rec, f["sequence_parallel"], f["tp_comm_overlap"], f["async_tp_allreduce"], f["attention"],
-              default_etp(tp, dp, cp, ep), a2a_overlap_why(eng, model, ep, rec, pp, v, sched) is None, "alltoall")
+              default_etp(tp, dp, cp, ep), a2a_overlap_why(eng, model, ep, rec, pp, v, sched) is None, "alltoall", graph)
         per_layer = per_layer_time(model, cluster, job, lk, C)
         m = par.num_microbatches(job.global_batch_size)
         lb = step_lower_bound(model.layers, pp, v, m, per_layer, p2p, C.STEP_OVERHEAD_S, split_unit(v, eng), pipeline_form(sched, m, v, pp))
@@ -124,7 +126,8 @@ def test_memory_bound_never_prunes_a_split_that_fits(seed, engine):
     pruned = fitting = 0
     for t in tuples:
         tp, pp, dp, cp, ep, v, mb, rec, z, sched = t
-        par = to_parallel(t)
+        graph = ("none", "layer", "full_iteration")[seed % 3] if engine is None else "none"
+        par = to_parallel(t, {"cuda_graph": graph})
         f = engine_flags(eng, cluster.gpu, tp, z, None, pp)
         ok = may_fit(tp, pp, dp, cp, ep, v, mb, rec, z, sched, f["sequence_parallel"], f["attention"] == "flash", split_unit(v, eng))
         splits = [None] if pp == 1 else [s for s in _splits(model.layers, pp, 1, split_unit(v, eng))
