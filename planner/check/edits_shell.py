@@ -135,6 +135,7 @@ def megatron_flags(par: ParallelConfig, old: ParallelConfig, model, legacy: bool
     if new_g != old_g:
         want["--cuda-graph-impl"] = None if new_g == "none" else ["local" if new_g == "layer" else "full_iteration"]
         want["--enable-cuda-graph"] = want["--external-cuda-graph"] = None  # deprecated; refused beside --cuda-graph-impl
+        want["--cuda-graph-modules"] = want["--cuda-graph-scope"] = None  # whole layers or the step (full_iteration refuses modules)
         if new_g == "full_iteration":
             want["--no-check-for-nan-in-loss-and-grad"] = True
     return want

@@ -294,27 +294,30 @@ def _moe(d: Draft, p: Parsed) -> None:
 
 def _cuda_graph(d: Draft, p: Parsed) -> None:
     """CUDA graphs (TransformerConfig.cuda_graph_impl, TC:1075): local or transformer_engine with
-    no --cuda-graph-modules capture whole layers (the planner's ``layer``), full_iteration (or the
-    older --cuda-graph-scope full_iteration) the whole step; the deprecated --enable-cuda-graph /
-    --external-cuda-graph become local / transformer_engine (ARGS:611-629). A module subset
-    (attn, moe_router, ...) is not a planner setting: priced as eager launches."""
+    no --cuda-graph-modules capture whole layers (the planner's ``layer``); full_iteration, or
+    full_iteration in the modules (or in their deprecated alias --cuda-graph-scope, which
+    Megatron migrates: cuda_graph_config.py), the whole step; the deprecated --enable-cuda-graph /
+    --external-cuda-graph are local / transformer_engine (ARGS:611-629). A module subset (attn,
+    moe_router, ...) is not a planner setting: priced as eager launches."""
     impl = p.one("--cuda-graph-impl") if p.has("--cuda-graph-impl") else None
     flag = "--cuda-graph-impl"
     if impl is None and p.has("--enable-cuda-graph"):
         impl, flag = "local", "--enable-cuda-graph"
     elif impl is None and p.has("--external-cuda-graph"):
         impl, flag = "transformer_engine", "--external-cuda-graph"
+    listed = list(p.many("--cuda-graph-modules") or []) + list(p.many("--cuda-graph-scope") or [])
+    if impl == "full_iteration" or "full_iteration" in listed:
+        where = flag if impl == "full_iteration" else ("--cuda-graph-modules" if p.has("--cuda-graph-modules") else "--cuda-graph-scope")
+        d.set("parallel.cuda_graph", "full_iteration", "file", _src(p, where))
+        return
     if impl in (None, "none"):
         d.default("parallel.cuda_graph", "none", "Megatron default: no CUDA graphs (TC cuda_graph_impl none)")
         return
-    scope = p.many("--cuda-graph-scope") or []
-    modules = [m for m in (p.many("--cuda-graph-modules") or []) if m not in ("full", "full_iteration")]
-    if impl == "full_iteration" or "full_iteration" in scope:
-        d.set("parallel.cuda_graph", "full_iteration", "file", _src(p, flag))
-    elif modules:
-        d.unmodelled.append(f"{flag} {impl} with --cuda-graph-modules {' '.join(modules)}: graphs of part of each layer, "
+    modules = [m for m in listed if m not in ("full", "full_iteration_inference")]  # both mean the whole layer in training
+    if modules:
+        d.unmodelled.append(f"{flag} {impl} with graphed modules {' '.join(modules)}: graphs of part of each layer, "
                             "priced as eager launches")
-        d.set("parallel.cuda_graph", "none", "file", _src(p, "--cuda-graph-modules"))
+        d.set("parallel.cuda_graph", "none", "file", _src(p, "--cuda-graph-modules" if p.has("--cuda-graph-modules") else "--cuda-graph-scope"))
     else:
         d.set("parallel.cuda_graph", "layer", "file", _src(p, flag))
 

@@ -285,7 +285,10 @@ def _parallel(d: Draft, s: TitanSettings, shape: dict, cluster) -> None:
     d.set("parallel.tp_comm_overlap", False, s.kind(P + "enable_async_tensor_parallel"), s.where(P + "enable_async_tensor_parallel"))
     d.default("parallel.moe_a2a_overlap", False, "torchtitan: no expert all-to-all overlap with another micro-batch")
     d.default("parallel.moe_dispatcher", "alltoall", "torchtitan: its all-to-all token dispatch")
-    d.default("parallel.cuda_graph", "none", "torchtitan: eager launches (torch.compile without CUDA graphs)")
+    d.default("parallel.cuda_graph", "none", "torchtitan: priced as eager launches")
+    if s.version != "0.2.2" and pp == 1 and s.get("training.disable_cuda_graphs") is not True:
+        d.unmodelled.append("training.disable_cuda_graphs is not set: torchtitan 0.3.0 captures the training step in a CUDA graph "
+                            "by default without a pipeline (trainer.py); priced as eager launches")
     if asynctp and tp > 1:
         d.unmodelled.append("enable_async_tensor_parallel: async TP (micro-pipelined TP collectives under torch.compile); the "
                             "torchtitan engine profile prices TP collectives exposed")

@@ -45,7 +45,9 @@ DROPOUT_MASK_BYTES = 1  # torch dropout keeps a bool (1-byte) mask for the backw
 # backward, and the residual branches' gradients are summed (read 2, write 1: 6h each);
 # the MLP activation reads 1-2 and writes 1 tensor forward, reads its inputs and the gradient
 # and writes the input gradients backward (1.5-1.7x). Per layer that is 34h + 6f against
-# 22h + 4f for a GPT layer with dropout, 24h + 10f against 20h + 6f for a Llama layer: ~1.5x.
+# 22h + 4f for a GPT layer with dropout (1.53 at f = 4h), 24h + 10f against 20h + 6f for a Llama
+# layer (1.44 at f = 3.5h; 1.25 at tp 8 without sequence parallelism, where h is not split and f
+# is); 1.5 is taken for all (rotary and bias-gradient terms ride on the same ratio).
 BWD_ELEMENTWISE_TRAFFIC_RATIO = 1.5
 
 

@@ -36,6 +36,7 @@ from functools import lru_cache
 
 from planner.cost.constants import Constants
 from planner.cost.flops import attn_proj_dims, embedding_params, layer_params, mlp_matrices
+from planner.engines.profile import has_dropout  # the engine's dropout rule (re-exported)
 from planner.specs import ModelSpec
 
 __all__ = [
@@ -115,18 +116,6 @@ def state_bytes_per_param(precision: str, zero: int, shard: int, grad_reduce: st
     elif states == "deepspeed":  # ZeRO's averaged gradient partition converted to fp32 for step()
         out["optimizer_step"] = 4.0 / d if zero >= 1 else 0.0
     return out
-
-
-def has_dropout(model: ModelSpec, dropout: str | bool | None) -> bool:
-    """Whether the layers train with dropout under an engine's rule (``always``, ``never``,
-    ``model``: GPT-era models with biases do, Llama-era models do not)."""
-    if isinstance(dropout, bool):
-        return dropout
-    if dropout == "always":
-        return True
-    if dropout == "never":
-        return False
-    return model.bias  # "model" / None: GPT-era models train with dropout; Llama-era models do not
 
 
 @lru_cache(maxsize=65536)

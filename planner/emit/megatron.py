@@ -100,11 +100,13 @@ def _moe_args(v: PlanView) -> list[str]:
     if moe.dense_layers:
         # Python-list form of --moe-layer-freq (ARGS:327-350): 0 = dense layer, 1 = MoE layer.
         a += ["--moe-layer-freq", f"([0]*{moe.dense_layers}+[1]*{v.model.layers - moe.dense_layers})"]
-    if moe.capacity_factor is not None:
-        a += ["--moe-expert-capacity-factor", moe.capacity_factor]
     # the plan's dispatcher (all-to-all, or the flex one with DeepEP / HybridEP kernels: what the
     # cost model prices), grouped expert GEMMs, fp32 router.
     disp = getattr(v.parallel, "moe_dispatcher", None) or "alltoall"
+    if moe.capacity_factor is not None:
+        a += ["--moe-expert-capacity-factor", moe.capacity_factor]
+        if disp != "deepep":  # padded to the capacity, as the cost model prices it; DeepEP refuses padding (TC:1754-1761)
+            a.append("--moe-pad-expert-input-to-capacity")
     if disp == "alltoall":
         a += ["--moe-token-dispatcher-type", "alltoall"]
     else:  # TransformerConfig.moe_flex_dispatcher_backend (needs the DeepEP / HybridEP package)
@@ -210,7 +212,11 @@ def _memory_args(v: PlanView) -> list[str]:
         # empty --cuda-graph-modules = the whole layer, TC cuda_graph_modules)
         a += ["--cuda-graph-impl", "local"]
     elif graph == "full_iteration":
-        # the whole forward-backward step as one graph; validate_args requires the NaN check off (ARGS)
+        m = v.model
+        if m.moe is not None and m.moe_layers > 0 and m.moe.capacity_factor is None:
+            raise InputError("parallel.cuda_graph", graph, "none or a capacity factor for a dropless MoE model (Megatron-Bridge "
+                             "captures it with capacity padding and paged stashing, which the planner does not write)")
+        # the whole forward-backward step as one graph; validate_args requires the NaN check off (ARGS:1235-1237)
         a += ["--cuda-graph-impl", "full_iteration", "--no-check-for-nan-in-loss-and-grad"]
     if p.zero >= 1:
         a.append("--use-distributed-optimizer")  # ZeRO-1: optimizer states sharded over DP

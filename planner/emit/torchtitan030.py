@@ -8,7 +8,8 @@ data loader, optimizer, LR schedule, checkpointing as torchtitan ships them), sw
 plan's flavor (``model_registry(flavor)``) and sets parallelism, training, activation
 checkpointing and compile from the settings of :func:`planner.emit.torchtitan.titan_settings`.
 Rules of 0.3.0 (Trainer.Config.__post_init__, trainer.py:118-210, checked at parse time): a
-pipeline or expert parallelism needs ``training.disable_cuda_graphs = True``;
+pipeline or expert parallelism needs ``training.disable_cuda_graphs = True`` (written always: the
+planner prices eager launches, and 0.3.0 otherwise graphs the whole step);
 ``expert_tensor_parallel_degree`` is gone (configs.py:111-287).
 """
 
@@ -51,8 +52,9 @@ def torchtitan030_module(v: PlanView, s: dict, notes: list[str]) -> str:
                        pipeline_parallel_first_stage_less_layers=0, pipeline_parallel_last_stage_less_layers=0)
     training = {"local_batch_size": s["local_batch_size"], "global_batch_size": s["global_batch_size"], "seq_len": s["seq_len"],
                 "steps": 1000, "mixed_precision_param": "bfloat16", "mixed_precision_reduce": "float32"}
-    if s["pp"] > 1 or s["ep"] > 1:
-        training["disable_cuda_graphs"] = True  # trainer.py:183-210
+    # always: the planner prices eager launches (torchtitan 0.3.0 graphs the step by default, and
+    # refuses its graph with a pipeline or a host-syncing expert dispatch: trainer.py:183-210)
+    training["disable_cuda_graphs"] = True
     ac = {"none": "None", "full": "FullAC.Config()", "selective": "SelectiveAC.Config()"}[s["ac"]]
     lines = [
         '"""' + "\n".join(head).replace('"""', "'''") + '\n"""',

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from planner.engines.profile import Engine
+from planner.engines.profile import Engine, has_dropout
 from planner.errors import InputError
 from planner.specs import ENGINE_FIELDS, ClusterSpec, GpuSpec, Job, ModelSpec, ParallelConfig
 
@@ -143,21 +143,30 @@ def flex_dispatcher_why(engine: Engine, model: ModelSpec, dispatcher: str | None
     return None
 
 
-def cuda_graph_why(engine: Engine, model: ModelSpec, graph: str | None, recompute: str | None = None) -> str | None:
-    """Why ``engine`` cannot capture ``graph`` CUDA graphs (None when it can, or for none).
-    Megatron-core (transformer_config.py, cuda_graph_impl checks): full recompute only with the
-    full-iteration graph; a whole-layer graph cannot hold a dropless MoE layer, whose dispatcher
-    copies the token counts to the host (its MoE capture needs capacity padding:
-    "moe cuda graph is only supported with drop-padding MoE"). ``recompute`` None: not checked."""
+def cuda_graph_why(engine: Engine, model: ModelSpec, graph: str | None, recompute: str | None = None,
+                   zero: int | None = None, a2a_overlap: bool | None = None) -> str | None:
+    """Why ``engine`` cannot capture ``graph`` CUDA graphs (None when it can, or for none); the
+    fields left None are not checked. Megatron-core's TransformerConfig checks (cuda_graph_impl):
+    full recompute only in the full-iteration graph; a whole-layer or full-iteration graph holding
+    the recomputed core attention refuses attention dropout (the planner's selective recompute is
+    core attention; the engine's dropout rule, Engine.memory.dropout). The planner's own rule, not
+    a TransformerConfig check: no whole-layer graph of dropless MoE layers, whose dispatcher copies
+    the token counts to the host each layer (a capacity factor makes them static). Full-iteration
+    graphs of dropless MoE run in Megatron-Bridge with capacity padding and paged stashing: priced
+    without them, and the planner's Megatron launch files refuse to write them. Megatron-FSDP
+    (ZeRO >= 2) refuses layer graphs with the expert all-to-all overlap (mcore_fsdp_adapter.py)."""
     if graph in (None, "none"):
         return None
     if not engine.cuda_graphs:
-        return f"on {engine.name} (it has no CUDA-graph capture in training)"
-    if graph == "layer":
-        if recompute == "full":
-            return "with full recompute (Megatron-core captures full recompute only in a full-iteration graph)"
-        if model.moe is not None and model.moe_layers > 0 and model.moe.capacity_factor is None:
-            return "for dropless MoE layers (their token counts go to the host; whole-layer capture needs moe.capacity_factor)"
+        return f"on {engine.name} (the planner prices CUDA graphs on megatron-core only)"
+    if graph == "layer" and recompute == "full":
+        return "with full recompute (Megatron-core captures full recompute only in a full-iteration graph)"
+    if recompute == "selective" and has_dropout(model, engine.memory.dropout):
+        return "with selective recompute of a model trained with dropout (Megatron-core refuses attention dropout in a graphed recomputed core attention)"
+    if graph == "layer" and model.moe is not None and model.moe_layers > 0 and model.moe.capacity_factor is None:
+        return "for dropless MoE layers (their token counts go to the host each layer; a layer graph needs moe.capacity_factor)"
+    if graph == "layer" and zero is not None and zero >= 2 and a2a_overlap:
+        return "with Megatron-FSDP (ZeRO >= 2) and the expert all-to-all overlap (mcore_fsdp_adapter.py refuses them together)"
     return None
 
 
@@ -250,7 +259,7 @@ def check_engine(model: ModelSpec, job: Job, par: ParallelConfig, engine: Engine
                          if engine.moe_a2a_overlap else f"false ({why})")
     if (why := flex_dispatcher_why(engine, model, par.moe_dispatcher, par.ep, par.etp or par.tp)) is not None:
         raise InputError("parallel.moe_dispatcher", par.moe_dispatcher, f"alltoall {why}")
-    if (why := cuda_graph_why(engine, model, par.cuda_graph, par.recompute)) is not None:
+    if (why := cuda_graph_why(engine, model, par.cuda_graph, par.recompute, par.zero, par.moe_a2a_overlap)) is not None:
         raise InputError("parallel.cuda_graph", par.cuda_graph, f"none {why}")
     if par.attention == "flash" and not engine.flash_attention:
         raise InputError("parallel.attention", "flash", f"unfused on {e}")

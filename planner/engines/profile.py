@@ -24,13 +24,26 @@ from importlib import resources
 import yaml
 
 from planner.errors import InputError, suggest
+from planner.specs import ModelSpec
 
-__all__ = ["Sharding", "MemoryProfile", "Engine", "ENGINE_NAMES", "DEFAULT_ENGINE", "AUTO", "AUTO_ENGINES", "get_engine", "engine_names"]
+__all__ = ["Sharding", "MemoryProfile", "Engine", "ENGINE_NAMES", "DEFAULT_ENGINE", "AUTO", "AUTO_ENGINES", "get_engine", "engine_names", "has_dropout"]
 
 DEFAULT_ENGINE = "megatron-core"
 GRAD_SYNC = ("step", "microbatch")
 PARAM_GATHER = ("none", "step", "layer")
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "zb-v", "dualpipe")
+
+
+def has_dropout(model: ModelSpec, dropout: str | bool | None) -> bool:
+    """Whether the layers train with dropout under an engine's rule (``always``, ``never``,
+    ``model``: GPT-era models with biases do, Llama-era models do not)."""
+    if isinstance(dropout, bool):
+        return dropout
+    if dropout == "always":
+        return True
+    if dropout == "never":
+        return False
+    return model.bias  # "model" / None: GPT-era models train with dropout; Llama-era models do not
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,11 @@ def test_graphs_shorten_a_host_bound_step_and_the_default_is_eager():
         assert steps["layer"].time_breakdown_s[k] == pytest.approx(steps["none"].time_breakdown_s[k])
 
 
-def test_engine_rules_follow_megatron_cores_checks():
+def padded_moe(model):
+    return dataclasses.replace(model, moe=dataclasses.replace(model.moe, capacity_factor=1.0))
+
+
+def test_engine_rules_follow_megatron_core_and_the_planners_host_sync_rule():
     mc, titan = get_engine("megatron-core"), get_engine("torchtitan")
     dense = load_model("llama3.1-8b")
     moe = load_model("mixtral-8x7b")
@@ -56,8 +60,13 @@ def test_engine_rules_follow_megatron_cores_checks():
     assert cuda_graph_why(mc, dense, "full_iteration", "full") is None
     assert "full recompute" in cuda_graph_why(mc, dense, "layer", "full")
     assert "dropless" in cuda_graph_why(mc, moe, "layer", "none")
-    padded = dataclasses.replace(moe, moe=dataclasses.replace(moe.moe, capacity_factor=1.0))
-    assert cuda_graph_why(mc, padded, "layer", "none") is None
+    assert cuda_graph_why(mc, moe, "full_iteration", "none") is None  # priced; the launch files refuse it (below)
+    gpt = load_model("gpt3-350m")  # trains with dropout on Megatron
+    assert "dropout" in cuda_graph_why(mc, gpt, "layer", "selective")
+    assert "dropout" in cuda_graph_why(mc, gpt, "full_iteration", "selective")
+    assert cuda_graph_why(mc, gpt, "layer", "none") is None
+    assert "Megatron-FSDP" in cuda_graph_why(mc, padded_moe(moe), "layer", "none", zero=3, a2a_overlap=True)
+    assert cuda_graph_why(mc, padded_moe(moe), "layer", "none") is None
     assert "torchtitan" in cuda_graph_why(titan, dense, "layer")
     assert cuda_graph_why(titan, dense, "none") is None
     cluster = make_cluster("h100-sxm5-80gb", 8)
@@ -88,6 +97,7 @@ def test_megatron_emitter_writes_the_capture(graph, flags):
     class View:  # the fields _memory_args reads
         parallel = par
         job = Job(8192, 64)
+        model = load_model("llama3.1-8b")
     args = _memory_args(View())
     got = args[args.index("--cuda-graph-impl"):args.index("--cuda-graph-impl") + len(flags)] if flags else \
         [a for a in args if "cuda-graph" in a]
@@ -109,10 +119,32 @@ def _read(tmp_path, extra: str):
     ("--enable-cuda-graph", "layer", "file"),  # deprecated spelling of local (ARGS:611-629)
     ("--cuda-graph-impl full_iteration --no-check-for-nan-in-loss-and-grad", "full_iteration", "file"),
     ("--cuda-graph-impl transformer_engine --cuda-graph-modules attn", "none", "file"),  # part of a layer: priced eager
+    ("--cuda-graph-impl local --cuda-graph-scope attn", "none", "file"),  # the deprecated alias of the modules
+    ("--cuda-graph-impl local --cuda-graph-modules full_iteration", "full_iteration", "file"),  # migrated (cuda_graph_config.py)
+    ("--cuda-graph-scope full_iteration --no-check-for-nan-in-loss-and-grad", "full_iteration", "file"),
+    ("--cuda-graph-impl local --cuda-graph-modules full_iteration_inference", "layer", "file"),  # whole layers in training
 ])
 def test_megatron_reader_reads_the_capture(tmp_path, flags, want, kind):
     cj = _read(tmp_path, flags)
     assert cj.parallel.cuda_graph == want
     assert cj.sources["parallel.cuda_graph"][1].kind == kind
-    if "--cuda-graph-modules" in flags:
-        assert any("cuda-graph-modules" in u for u in cj.unmodelled)
+    if want == "none" and flags:
+        assert any("graphed modules" in u for u in cj.unmodelled)
+
+
+def test_megatron_emitter_refuses_a_full_iteration_graph_of_dropless_moe_and_pads_capacity():
+    from planner.emit.megatron import _moe_args
+
+    moe = load_model("mixtral-8x7b")
+
+    class View:
+        parallel = ParallelConfig(tp=1, dp=8, ep=8, zero=1, recompute="none", cuda_graph="full_iteration")
+        job = Job(4096, 64)
+        model = moe
+        model_id = "mixtral-8x7b"
+    with pytest.raises(InputError, match="parallel.cuda_graph"):
+        _memory_args(View())
+    View.model = padded_moe(moe)
+    assert "--cuda-graph-impl" in _memory_args(View())
+    args = _moe_args(View())
+    assert args[args.index("--moe-expert-capacity-factor") + 1] == "1.0" and "--moe-pad-expert-input-to-capacity" in args

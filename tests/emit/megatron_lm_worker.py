@@ -105,6 +105,8 @@ def _check(A, case: dict) -> dict:
         got["config_overlap_moe_expert_parallel_comm"] = getattr(cfg, "overlap_moe_expert_parallel_comm", None)
         got["config_moe_token_dispatcher_type"] = getattr(cfg, "moe_token_dispatcher_type", None)
         got["config_moe_flex_dispatcher_backend"] = getattr(cfg, "moe_flex_dispatcher_backend", None)
+        got["config_cuda_graph_impl"] = getattr(cfg, "cuda_graph_impl", None)
+        got["config_cuda_graph_modules"] = [str(m) for m in (getattr(cfg, "cuda_graph_modules", None) or [])]
         return {"name": case["name"], "ok": True, "args": got, "config": type(cfg).__name__,
                 "microbatches": microbatches, "chunks": chunks}
     except BaseException as exc:  # argparse exits with SystemExit; asserts raise AssertionError

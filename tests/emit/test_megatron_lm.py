@@ -138,6 +138,9 @@ def test_megatron_lm_accepts(megatron_results, name):
             assert a["config_moe_flex_dispatcher_backend"] == disp
     assert a["use_distributed_optimizer"] == (p.zero >= 1)
     assert a["use_megatron_fsdp"] == (p.zero >= 2)
+    graph = p.cuda_graph or "none"  # the capture TransformerConfig holds: whole layers (no modules) or the step
+    assert a["config_cuda_graph_impl"] == {"none": "none", "layer": "local", "full_iteration": "full_iteration"}[graph]
+    assert a["config_cuda_graph_modules"] == []
     if p.zero >= 2:
         assert a["data_parallel_sharding_strategy"] == ("optim_grads" if p.zero == 2 else "optim_grads_params")
         assert a["ckpt_format"] == "fsdp_dtensor"
