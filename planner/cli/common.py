@@ -72,6 +72,11 @@ def fixed_from_flags(**kw) -> dict:
             raise InputError("--schedule", fixed["schedule"], " | ".join(SCHEDULE_FORMS))
     if "zero" in fixed and fixed["zero"] not in (0, 1, 2, 3):
         raise InputError("--zero", fixed["zero"], "0, 1, 2 or 3")
+    from planner.specs import CUDA_GRAPHS, MOE_DISPATCHERS  # noqa: PLC0415
+
+    for k, allowed in (("cuda_graph", CUDA_GRAPHS), ("moe_dispatcher", MOE_DISPATCHERS)):
+        if k in fixed and fixed[k] not in allowed:
+            raise InputError(f"--{k.replace('_', '-')}", fixed[k], " | ".join(allowed))
     for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size"):
         if k in fixed and fixed[k] < 1:
             raise InputError(f"--{k.replace('_', '-')}", fixed[k], "a positive integer")

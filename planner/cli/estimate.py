@@ -38,7 +38,7 @@ def estimate_cmd(
     tp: O.TpOpt = None, pp: O.PpOpt = None, dp: O.DpOpt = None, cp: O.CpOpt = None, ep: O.EpOpt = None, vpp: O.VppOpt = None,
     micro_batch_size: O.MbOpt = None, recompute: O.RecOpt = None, schedule: O.SchedOpt = None, sequence_parallel: O.SpOpt = None, zero: O.ZeroOpt = None,
     scenario: O.ScenarioOpt = None, id: O.IdOpt = None, profile: ProfileOpt = None, json: O.JsonOpt = False,
-    memory_margin: O.MarginOpt = None,
+    memory_margin: O.MarginOpt = None, cuda_graph: O.GraphOpt = None, moe_dispatcher: O.DispatcherOpt = None,
 ) -> None:
     """Predict one parallel configuration: step time, tokens/s, MFU, memory per stage.
 
@@ -57,7 +57,8 @@ def estimate_cmd(
     setup = setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len,
                            global_batch_size, precision, attention, scenario, id, engine, grad_reduce, profile, tp=tp, pp=pp, dp=dp,
                            cp=cp, ep=ep, vpp=vpp, micro_batch_size=micro_batch_size, recompute=recompute,
-                           sequence_parallel=sequence_parallel, zero=zero, schedule=schedule)
+                           sequence_parallel=sequence_parallel, zero=zero, schedule=schedule, cuda_graph=cuda_graph,
+                           moe_dispatcher=moe_dispatcher)
     C = setup.constants if memory_margin is None else setup.constants.replace(MEMORY_MARGIN_FRACTION=O.check_margin(memory_margin))
     est = estimate(setup.model, setup.cluster, setup.job, parallel_from_setup(setup), setup.engine, C)
     best = Plan(1, est.parallel, est)

@@ -9,7 +9,7 @@ import typer
 __all__ = [
     "ModelOpt", "GpuOpt", "GpusOpt", "GpnOpt", "ClusterOpt", "NicOpt", "NicsOpt", "NetOpt", "SeqOpt", "GbsOpt",
     "PrecOpt", "GradOpt", "EngineOpt", "AttnOpt", "TpOpt", "PpOpt", "DpOpt", "CpOpt", "EpOpt", "VppOpt", "MbOpt", "RecOpt", "SpOpt",
-    "ZeroOpt", "ScenarioOpt", "IdOpt", "JsonOpt",
+    "ZeroOpt", "ScenarioOpt", "IdOpt", "JsonOpt", "GraphOpt", "DispatcherOpt",
 ]
 
 ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="Model preset id, a YAML model file, or a Hugging Face config.json.")]
@@ -34,6 +34,8 @@ CpOpt = Annotated[Optional[int], typer.Option("--cp", help="Context-parallel deg
 EpOpt = Annotated[Optional[int], typer.Option("--ep", help="Expert-parallel degree (MoE).")]
 VppOpt = Annotated[Optional[int], typer.Option("--vpp", help="Virtual pipeline stages per rank (interleaved 1F1B).")]
 MbOpt = Annotated[Optional[int], typer.Option("--micro-batch-size", "--mb", help="Micro-batch size in sequences.")]
+GraphOpt = Annotated[Optional[str], typer.Option("--cuda-graph", help="CUDA graphs: none | layer (Megatron-core --cuda-graph-impl local) | full_iteration (default none; not searched).")]
+DispatcherOpt = Annotated[Optional[str], typer.Option("--moe-dispatcher", help="MoE token dispatcher: alltoall | deepep | hybridep (Megatron-core flex; default alltoall; not searched).")]
 SchedOpt = Annotated[Optional[str], typer.Option("--schedule", help="Pipeline schedule: 1f1b | interleaved | gpipe | zb-h1 | zb-h2 | zb-v | dualpipe (those the engine runs); plan takes a comma list to search among.")]
 
 

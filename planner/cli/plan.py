@@ -32,7 +32,7 @@ def plan_cmd(
     explain: Annotated[bool, typer.Option("--explain", help="Explain the best plan: time and memory breakdown, changes that would help.")] = False,
     objective: G.ObjectiveOpt = "time", price: G.PriceOpt = None, tokens: G.TokensOpt = None, profile: G.ProfileOpt = None,
     ckpt_write_gbs: G.CkptOpt = None, restart_s: G.RestartOpt = None, failure_rate: G.FailOpt = None,
-    memory_margin: O.MarginOpt = None,
+    memory_margin: O.MarginOpt = None, cuda_graph: O.GraphOpt = None, moe_dispatcher: O.DispatcherOpt = None,
 ) -> None:
     """Search parallel plans (tp, pp, dp, cp, micro-batch, interleaving, recompute, ZeRO, layer split) and rank them.
 
@@ -49,13 +49,14 @@ def plan_cmd(
     _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len, global_batch_size,
           precision, attention, engine, tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, sequence_parallel, zero, scenario,
           id, json, top, allow_tp_across_nodes, emit, out, force, explain, objective, price, tokens, ckpt_write_gbs,
-          restart_s, failure_rate, grad_reduce, profile, schedule, memory_margin)
+          restart_s, failure_rate, grad_reduce, profile, schedule, memory_margin, cuda_graph, moe_dispatcher)
 
 
 def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len, global_batch_size,
           precision, attention, engine, tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, sequence_parallel, zero, scenario,
           id, json, top, allow_tp_across_nodes, emit, out, force, explain, objective, price, tokens, ckpt_write_gbs,
-          restart_s, failure_rate, grad_reduce=None, profile=None, schedule=None, memory_margin=None) -> None:
+          restart_s, failure_rate, grad_reduce=None, profile=None, schedule=None, memory_margin=None, cuda_graph=None,
+          moe_dispatcher=None) -> None:
     from planner.search.plan import plan  # noqa: PLC0415
 
     schedule, schedules = O.schedule_list(schedule)
@@ -64,7 +65,8 @@ def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, net
     setup = setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len,
                            global_batch_size, precision, attention, scenario, id, engine, grad_reduce, profile, tp=tp, pp=pp, dp=dp,
                            cp=cp, ep=ep, vpp=vpp, micro_batch_size=micro_batch_size, recompute=recompute,
-                           sequence_parallel=sequence_parallel, zero=zero, schedule=schedule, allow_auto=True)
+                           sequence_parallel=sequence_parallel, zero=zero, schedule=schedule, allow_auto=True,
+                           cuda_graph=cuda_graph, moe_dispatcher=moe_dispatcher)
     if schedules or schedule:
         O.check_schedules(schedules or (schedule,), setup.engine)
     opts = setup.options(allow_tp_across_nodes=allow_tp_across_nodes, memory_margin=O.check_margin(memory_margin), schedules=schedules)

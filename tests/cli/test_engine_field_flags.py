@@ -1,0 +1,50 @@
+"""``--cuda-graph`` and ``--moe-dispatcher`` on estimate and plan: the value is fixed (never
+searched), reaches the prediction and the JSON, and a bad value is one line with exit code 2."""
+
+import contextlib
+import io
+import json
+
+import pytest
+
+from planner.cli.app import main
+
+SMALL = ["--model", "gpt3-350m", "--gpu", "a100-sxm4-80gb", "--gpus", "8", "-s", "1024", "-b", "16"]
+
+
+def _run(argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_estimate_prices_the_cuda_graph_flag():
+    steps = {}
+    for g in ("none", "layer", "full_iteration"):
+        code, out, err = _run(["estimate", *SMALL, "--tp", "8", "--recompute", "none", "--cuda-graph", g, "--json"])
+        assert code == 0, err
+        doc = json.loads(out)
+        assert doc["parallel"]["cuda_graph"] == g
+        steps[g] = doc["predicted"]["step_time_s"]
+    assert steps["full_iteration"] < steps["layer"] < steps["none"]
+
+
+def test_plan_keeps_a_fixed_graph_and_dispatcher():
+    code, out, err = _run(["plan", *SMALL, "--cuda-graph", "layer", "--top", "5", "--json"])
+    assert code == 0, err
+    plans = json.loads(out)["plans"]
+    assert plans and all(p["parallel"]["cuda_graph"] == "layer" and p["parallel"]["recompute"] != "full" for p in plans)
+    code, out, err = _run(["plan", "--model", "qwen3-30b-a3b", "--gpus", "16", "-s", "4096", "-b", "256", "--precision", "fp8",
+                           "--moe-dispatcher", "hybridep", "--top", "3", "--json"])
+    assert code == 0, err
+    assert all(p["parallel"]["moe_dispatcher"] == "hybridep" for p in json.loads(out)["plans"])
+
+
+@pytest.mark.parametrize("argv,flag", [(["estimate", "--cuda-graph", "partial"], "--cuda-graph"),
+                                       (["plan", "--moe-dispatcher", "nccl"], "--moe-dispatcher"),
+                                       (["estimate", *SMALL, "--tp", "8", "--recompute", "full", "--cuda-graph", "layer"], "parallel.cuda_graph"),
+                                       (["estimate", "--engine", "torchtitan", "--cuda-graph", "layer"], "parallel.cuda_graph")])
+def test_a_bad_value_is_one_line_exit_2(argv, flag):
+    code, _, err = _run(argv)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and flag in err, err
