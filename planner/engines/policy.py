@@ -216,7 +216,8 @@ def resolve(par: ParallelConfig, model: ModelSpec, cluster: ClusterSpec, job: Jo
     ch.update({k: v for k, v in flags.items() if getattr(par, k) is None})
     out = replace(par, **ch) if ch else par
     if par.moe_a2a_overlap is None:
-        ch["moe_a2a_overlap"] = a2a_overlap_runs(engine, model, out) is None
+        # on where the engine runs it, but not beside a layer graph under Megatron-FSDP (cuda_graph_why)
+        ch["moe_a2a_overlap"] = a2a_overlap_runs(engine, model, out) is None and not (par.cuda_graph == "layer" and out.zero >= 2)
         out = replace(out, moe_a2a_overlap=ch["moe_a2a_overlap"])
     if par.moe_dispatcher is None:
         ch["moe_dispatcher"] = "alltoall"  # what the planner's launch files set (--moe-token-dispatcher-type alltoall)

@@ -265,7 +265,8 @@ def plan(
         etp = fixed.get("etp") or default_etp(tp, dp, cp, ep)
         a2a = fixed.get("moe_a2a_overlap")
         if a2a is None:
-            a2a = a2a_overlap_why(eng, model, ep, rec, pp, v, sched) is None
+            # on where the engine runs it; not beside a layer graph under Megatron-FSDP (cuda_graph_why)
+            a2a = a2a_overlap_why(eng, model, ep, rec, pp, v, sched) is None and not (graph == "layer" and z >= 2)
         lk = (tp, cp, ep, mb, rec, f["sequence_parallel"], f["tp_comm_overlap"], f["async_tp_allreduce"], f["attention"], etp, a2a, disp, graph)
         if lk not in per_layer_cache:
             per_layer_cache[lk] = per_layer_time(model, cluster, job, lk, C)
@@ -298,7 +299,8 @@ def plan(
         if par.etp is None:
             par = par.replace(etp=default_etp(tp, dp, cp, ep))
         if par.moe_a2a_overlap is None:
-            par = par.replace(moe_a2a_overlap=a2a_overlap_why(eng, model, ep, rec, pp, v, sched) is None)
+            par = par.replace(moe_a2a_overlap=a2a_overlap_why(eng, model, ep, rec, pp, v, sched) is None
+                              and not (graph == "layer" and z >= 2))
         if par.moe_dispatcher is None:
             par = par.replace(moe_dispatcher=disp)
         if par.cuda_graph is None:

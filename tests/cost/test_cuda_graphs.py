@@ -148,3 +148,18 @@ def test_megatron_emitter_refuses_a_full_iteration_graph_of_dropless_moe_and_pad
     assert "--cuda-graph-impl" in _memory_args(View())
     args = _moe_args(View())
     assert args[args.index("--moe-expert-capacity-factor") + 1] == "1.0" and "--moe-pad-expert-input-to-capacity" in args
+
+
+def test_the_overlap_default_steps_aside_for_a_layer_graph_under_megatron_fsdp():
+    """Megatron-FSDP refuses layer graphs beside the expert all-to-all overlap: with both left to
+    the engine, the overlap defaults off there (resolve and the search agree)."""
+    from planner.search.plan import plan
+    from planner.search.space import SearchOptions
+
+    moe = padded_moe(load_model("mixtral-8x7b"))
+    cluster, job = make_cluster("h100-sxm5-80gb", 16), Job(4096, 64)
+    par = ParallelConfig(tp=1, dp=16, ep=8, zero=3, recompute="selective", cuda_graph="layer")
+    assert estimate(moe, cluster, job, par).parallel.moe_a2a_overlap is False
+    assert estimate(moe, cluster, job, par.replace(cuda_graph="none")).parallel.moe_a2a_overlap is True
+    res = plan(moe, cluster, job, top_k=5, options=SearchOptions(fixed={"cuda_graph": "layer", "zero": 3, "ep": 8}))
+    assert res.plans and all(not p.estimate.parallel.moe_a2a_overlap for p in res.plans)
