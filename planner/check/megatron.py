@@ -275,6 +275,9 @@ def _moe(d: Draft, p: Parsed) -> None:
     moe["dense_layers"] = dense
     if p.has("--moe-expert-capacity-factor"):
         moe["capacity_factor"] = float(p.one("--moe-expert-capacity-factor"))
+        if not p.has("--moe-pad-expert-input-to-capacity"):
+            d.unmodelled.append("--moe-expert-capacity-factor without --moe-pad-expert-input-to-capacity: experts hold up to "
+                                "the capacity (tokens over it dropped), priced as padded to it")
     d.set("model.moe", moe, "file", _src(p, "--num-experts"))
     if not p.has("--moe-token-dispatcher-type"):
         d.unmodelled.append("--moe-token-dispatcher-type not set: Megatron's default allgather dispatcher (TransformerConfig), "

@@ -208,7 +208,8 @@ def plan_document(setup: Setup, plans: list, search: dict | None) -> dict:
         "id": setup.model_id, "name": m.name, "layers": m.layers, "hidden": m.hidden, "heads": m.heads,
         "kv_heads": m.kv_heads, "ffn_hidden": m.ffn_hidden, "vocab": m.vocab, "mlp": m.mlp,
         "tied_embeddings": m.tied_embeddings, "head_dim": m.head_dim, "bias": m.bias, "norm": m.norm,
-        "moe": None if m.moe is None else {"experts": m.moe.experts, "top_k": m.moe.top_k, "expert_ffn_hidden": m.moe.expert_ffn_hidden, "shared_experts": m.moe.shared_experts, "dense_layers": m.moe.dense_layers},
+        "moe": None if m.moe is None else {"experts": m.moe.experts, "top_k": m.moe.top_k, "expert_ffn_hidden": m.moe.expert_ffn_hidden, "shared_experts": m.moe.shared_experts, "dense_layers": m.moe.dense_layers,
+                                            "capacity_factor": m.moe.capacity_factor},
         "q_lora_rank": m.q_lora_rank, "kv_lora_rank": m.kv_lora_rank, "qk_rope_head_dim": m.qk_rope_head_dim, "v_head_dim": m.v_head_dim,
         "position_embedding": m.position_embedding, "rope_theta": m.rope_theta,
     }

@@ -6,6 +6,7 @@ Megatron emitter writes --cuda-graph-impl and the Megatron reader reads it back.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -163,3 +164,33 @@ def test_the_overlap_default_steps_aside_for_a_layer_graph_under_megatron_fsdp()
     assert estimate(moe, cluster, job, par.replace(cuda_graph="none")).parallel.moe_a2a_overlap is True
     res = plan(moe, cluster, job, top_k=5, options=SearchOptions(fixed={"cuda_graph": "layer", "zero": 3, "ep": 8}))
     assert res.plans and all(not p.estimate.parallel.moe_a2a_overlap for p in res.plans)
+
+
+def test_the_one_line_form_shows_a_graph_and_a_flex_dispatcher_and_hides_the_defaults():
+    base = ParallelConfig(tp=2, dp=4, vpp=1, recompute="none", zero=1)
+    assert "graph" not in base.replace(cuda_graph="none").short() and "alltoall" not in base.replace(moe_dispatcher="alltoall").short()
+    assert base.replace(cuda_graph="layer", moe_dispatcher="hybridep").short().endswith("z1 hybridep graph=layer")
+
+
+def test_a_plan_document_keeps_the_capacity_factor_and_the_launch_pads_to_it(tmp_path):
+    """plan --json carries moe.capacity_factor, so launch writes --moe-expert-capacity-factor with
+    the padding, and a layer graph of the padded MoE is launchable."""
+    import json
+
+    from planner.cli.app import main
+    from planner.emit import emit_files
+
+    src = (Path(__file__).resolve().parents[2] / "models" / "mixtral-8x7b.yaml").read_text()
+    (tmp_path / "mix.yaml").write_text(src.replace("  dense_layers: 0", "  dense_layers: 0\n  capacity_factor: 1.0"))
+    out = tmp_path / "p.json"
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["plan", "--model", str(tmp_path / "mix.yaml"), "--gpus", "64", "--cuda-graph", "layer", "--top", "1", "--json"]) == 0
+    out.write_text(buf.getvalue())
+    doc = json.loads(out.read_text())
+    assert doc["model"]["moe"]["capacity_factor"] == 1.0
+    script = emit_files(doc, "megatron", 1)["megatron_launch.sh"]
+    assert "--moe-expert-capacity-factor 1.0 --moe-pad-expert-input-to-capacity" in script and "--cuda-graph-impl local" in script
