@@ -257,7 +257,10 @@ class ShellEditor:
                 return False
             line = self._get(texts, edits, *loc)
             old = field[0].text
-            rep = _replace_value(line, old, new)
+            # the value right after the flag where both are on the line (another flag's equal value
+            # on the same line stays), else the value's word wherever the script writes it
+            rep = _replace_after_flag(line, flag, old, new) if len(values) == 1 else None
+            rep = rep if rep is not None else _replace_value(line, old, new)
             if rep is None:
                 return False
             plan.append((loc, rep))
@@ -395,6 +398,19 @@ def _cut_first(line: str, n: int) -> tuple[str, int]:
         return line, n
     k = min(n, len(toks))
     return line[:toks[0][0]] + line[toks[k - 1][1]:].lstrip(), n - k
+
+
+def _replace_after_flag(line: str, flag: str, old: str, new: str) -> str | None:
+    """``line`` with the value ``old`` that follows ``flag`` (``--flag old`` or ``--flag=old``)
+    replaced by ``new``; None when the line does not hold the flag with that value."""
+    body, comment = _split_comment(line)
+    pat = re.compile(r"(?<!\S)" + re.escape(flag) + r"(=|\s+)(['\"]?)" + re.escape(old) + r"(\2)(?![\w.])")
+    matches = list(pat.finditer(body))
+    if not matches:
+        return None
+    m = matches[-1]  # the last occurrence wins, as in argparse
+    start = m.start(0) + len(flag) + len(m.group(1)) + len(m.group(2))
+    return body[:start] + new + body[start + len(old):] + comment
 
 
 def _replace_value(line: str, old: str, new: str) -> str | None:

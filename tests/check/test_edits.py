@@ -134,3 +134,22 @@ def test_overlap_edit_brings_the_dispatcher_megatron_needs(tmp_path):
     for ch, ed in on:
         text = "\n".join(ed.files.values())
         assert "--overlap-moe-expert-parallel-comm" in text and "--moe-token-dispatcher-type alltoall" in text, ch.label
+
+
+def test_two_flags_with_the_same_value_on_one_line_are_each_edited(tmp_path):
+    """tp 2 -> 1 and pp 1 -> 2 on one line: each value is rewritten after its own flag (the pp
+    edit must not take tp's new 1); the edited script reads back as the change."""
+    p = tmp_path / "one_line.sh"
+    p.write_text("torchrun --nproc-per-node 8 --nnodes 2 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
+                 "--num-attention-heads 32 --ffn-hidden-size 14336 --seq-length 4096 --max-position-embeddings 4096 "
+                 "--micro-batch-size 1 --global-batch-size 64 --bf16 --vocab-size 128256 --swiglu --normalization RMSNorm "
+                 "--position-embedding-type rope --disable-bias-linear --untie-embeddings-and-output-weights "
+                 "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 1 --use-distributed-optimizer\n")
+    cj = read_job([str(p)])
+    new = cj.parallel.replace(tp=1, pp=2, dp=8, layers_per_stage=(16, 16), sequence_parallel=False, etp=1)
+    ed = cj.editor.edit(cj, new)
+    text = next(iter(ed.files.values()))
+    assert "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 2" in text
+    (tmp_path / "edited.sh").write_text(text)
+    back = read_job([str(tmp_path / "edited.sh")]).parallel
+    assert (back.tp, back.pp) == (1, 2)
