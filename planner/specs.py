@@ -493,7 +493,7 @@ class ParallelConfig:
     def short(self) -> str:
         """One line: ``tp8 pp4 dp2 cp1 vpp2 mb1 selective z1`` (then the MoE dispatcher and the
         CUDA graphs where they are not the defaults: ``hybridep``, ``graph=layer``)."""
-        extra = "".join(f" {d}" for d in (self.moe_dispatcher,) if d not in (None, "alltoall"))
+        extra = f" {self.moe_dispatcher}" if self.moe_dispatcher not in (None, "alltoall") else ""
         extra += f" graph={self.cuda_graph}" if self.cuda_graph not in (None, "none") else ""
         return (f"tp{self.tp} pp{self.pp} dp{self.dp} cp{self.cp}" + (f" ep{self.ep}" if self.ep > 1 else "")
                 + f" vpp{self.vpp} mb{self.micro_batch_size} {self.recompute} z{self.zero}" + extra)

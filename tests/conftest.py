@@ -18,4 +18,17 @@ VALIDATION = data_dir()
 SHARED = Path(os.environ.get("PLANNER_SHARED", ROOT.parent / "shared"))
 SHARED_ENGINES = SHARED / "engines"
 
-__all__ = ["ROOT", "VALIDATION", "SHARED", "SHARED_ENGINES", "dataset_path"]
+__all__ = ["ROOT", "VALIDATION", "SHARED", "SHARED_ENGINES", "dataset_path", "run_cli"]
+
+
+def run_cli(argv: list[str]) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of ``planner ARGV`` run in this process."""
+    import contextlib  # noqa: PLC0415
+    import io  # noqa: PLC0415
+
+    from planner.cli.app import main  # noqa: PLC0415
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()

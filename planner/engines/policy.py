@@ -111,8 +111,12 @@ def a2a_overlap_runs(engine: Engine, model: ModelSpec, par: ParallelConfig) -> s
     return a2a_overlap_why(engine, model, par.ep, par.recompute, par.pp, par.vpp or 1, par.schedule)
 
 
-def a2a_overlap_why(engine: Engine, model: ModelSpec, ep: int, recompute: str | None, pp: int, vpp: int, schedule: str | None) -> str | None:
-    """:func:`a2a_overlap_runs` from the degrees alone (the search's form)."""
+def a2a_overlap_why(engine: Engine, model: ModelSpec, ep: int, recompute: str | None, pp: int, vpp: int, schedule: str | None,
+                    *, zero: int = 0, graph: str | None = None) -> str | None:
+    """:func:`a2a_overlap_runs` from the degrees alone (the search's form). With ``zero`` and
+    ``graph`` (the engine's default for the overlap: resolve and the search): not beside a layer
+    CUDA graph under Megatron-FSDP (mcore_fsdp_adapter.py; :func:`cuda_graph_why` refuses the
+    pair when both are fixed)."""
     if not engine.moe_a2a_overlap:
         return f"{engine.name} has no expert all-to-all overlap"
     if model.moe is None or model.moe_layers == 0:
@@ -123,6 +127,8 @@ def a2a_overlap_why(engine: Engine, model: ModelSpec, ep: int, recompute: str | 
         return "no full recompute"
     if pp > 1 and not (vpp > 1 and schedule == "interleaved"):
         return "the interleaved schedule (vpp > 1) with pipeline parallelism"
+    if graph == "layer" and zero >= 2:
+        return "no layer CUDA graph under Megatron-FSDP (ZeRO >= 2)"
     return None
 
 
@@ -216,8 +222,8 @@ def resolve(par: ParallelConfig, model: ModelSpec, cluster: ClusterSpec, job: Jo
     ch.update({k: v for k, v in flags.items() if getattr(par, k) is None})
     out = replace(par, **ch) if ch else par
     if par.moe_a2a_overlap is None:
-        # on where the engine runs it, but not beside a layer graph under Megatron-FSDP (cuda_graph_why)
-        ch["moe_a2a_overlap"] = a2a_overlap_runs(engine, model, out) is None and not (par.cuda_graph == "layer" and out.zero >= 2)
+        ch["moe_a2a_overlap"] = a2a_overlap_why(engine, model, out.ep, out.recompute, out.pp, out.vpp or 1, out.schedule,
+                                                zero=out.zero, graph=par.cuda_graph) is None
         out = replace(out, moe_a2a_overlap=ch["moe_a2a_overlap"])
     if par.moe_dispatcher is None:
         ch["moe_dispatcher"] = "alltoall"  # what the planner's launch files set (--moe-token-dispatcher-type alltoall)

@@ -265,8 +265,7 @@ def plan(
         etp = fixed.get("etp") or default_etp(tp, dp, cp, ep)
         a2a = fixed.get("moe_a2a_overlap")
         if a2a is None:
-            # on where the engine runs it; not beside a layer graph under Megatron-FSDP (cuda_graph_why)
-            a2a = a2a_overlap_why(eng, model, ep, rec, pp, v, sched) is None and not (graph == "layer" and z >= 2)
+            a2a = a2a_overlap_why(eng, model, ep, rec, pp, v, sched, zero=z, graph=graph) is None
         lk = (tp, cp, ep, mb, rec, f["sequence_parallel"], f["tp_comm_overlap"], f["async_tp_allreduce"], f["attention"], etp, a2a, disp, graph)
         if lk not in per_layer_cache:
             per_layer_cache[lk] = per_layer_time(model, cluster, job, lk, C)
@@ -276,13 +275,13 @@ def plan(
             p2p_cache[pk] = p2p_per_stage(model, cluster, job, pk, C) if pp > 1 else 0.0
         lb = step_lower_bound(model.layers, pp, v, m, per_layer_cache[lk], p2p_cache[pk], C.STEP_OVERHEAD_S, split_unit(v, eng),
                               pipeline_form(sched, m, v, pp))
-        bounded.append((lb, _tuple_key(t), t))
+        bounded.append((lb, _tuple_key(t), t, a2a))
     bounded.sort(key=lambda x: (x[0], x[1]))
     kth: list[float] = []  # max-heap (negated) of the K best exact times so far
     found: list = []
     evaluated = 0
     lps_fixed = tuple(fixed["layers_per_stage"]) if fixed.get("layers_per_stage") else None
-    for lb, _, t in bounded:
+    for lb, _, t, a2a in bounded:
         if len(kth) >= top_k and lb > -kth[0]:
             break
         if time.perf_counter() > deadline:
@@ -299,8 +298,7 @@ def plan(
         if par.etp is None:
             par = par.replace(etp=default_etp(tp, dp, cp, ep))
         if par.moe_a2a_overlap is None:
-            par = par.replace(moe_a2a_overlap=a2a_overlap_why(eng, model, ep, rec, pp, v, sched) is None
-                              and not (graph == "layer" and z >= 2))
+            par = par.replace(moe_a2a_overlap=a2a)  # the bound's (the engine's default, or the fixed value)
         if par.moe_dispatcher is None:
             par = par.replace(moe_dispatcher=disp)
         if par.cuda_graph is None:

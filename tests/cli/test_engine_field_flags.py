@@ -1,22 +1,13 @@
 """``--cuda-graph`` and ``--moe-dispatcher`` on estimate and plan: the value is fixed (never
 searched), reaches the prediction and the JSON, and a bad value is one line with exit code 2."""
 
-import contextlib
-import io
 import json
 
 import pytest
 
-from planner.cli.app import main
+from conftest import run_cli as _run
 
 SMALL = ["--model", "gpt3-350m", "--gpu", "a100-sxm4-80gb", "--gpus", "8", "-s", "1024", "-b", "16"]
-
-
-def _run(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_estimate_prices_the_cuda_graph_flag():

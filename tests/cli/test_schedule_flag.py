@@ -1,18 +1,9 @@
 """``plan --schedule``: one name fixes the schedule; a comma list is the set the search tries
 (each plan's schedule is one of them, and the list is checked name by name)."""
 
-import contextlib
-import io
 import json
 
-from planner.cli.app import main
-
-
-def _run(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
+from conftest import run_cli as _run
 
 
 def test_schedule_list_is_searched():

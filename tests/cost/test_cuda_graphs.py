@@ -177,20 +177,14 @@ def test_a_plan_document_keeps_the_capacity_factor_and_the_launch_pads_to_it(tmp
     the padding, and a layer graph of the padded MoE is launchable."""
     import json
 
-    from planner.cli.app import main
+    from conftest import run_cli
     from planner.emit import emit_files
 
     src = (Path(__file__).resolve().parents[2] / "models" / "mixtral-8x7b.yaml").read_text()
     (tmp_path / "mix.yaml").write_text(src.replace("  dense_layers: 0", "  dense_layers: 0\n  capacity_factor: 1.0"))
-    out = tmp_path / "p.json"
-    import contextlib
-    import io
-
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        assert main(["plan", "--model", str(tmp_path / "mix.yaml"), "--gpus", "64", "--cuda-graph", "layer", "--top", "1", "--json"]) == 0
-    out.write_text(buf.getvalue())
-    doc = json.loads(out.read_text())
+    code, out, err = run_cli(["plan", "--model", str(tmp_path / "mix.yaml"), "--gpus", "64", "--cuda-graph", "layer", "--top", "1", "--json"])
+    assert code == 0, err
+    doc = json.loads(out)
     assert doc["model"]["moe"]["capacity_factor"] == 1.0
     script = emit_files(doc, "megatron", 1)["megatron_launch.sh"]
     assert "--moe-expert-capacity-factor 1.0 --moe-pad-expert-input-to-capacity" in script and "--cuda-graph-impl local" in script
