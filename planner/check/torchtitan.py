@@ -393,9 +393,9 @@ def _recompute(d: Draft, s: TitanSettings) -> None:
     elif mode == "selective":
         opt = str(s.get(A + "selective_ac_option"))
         if opt == "op":
+            # torchtitan's selective level is its per-op policy (engine memory.selective: op):
+            # every second mm, the elementwise kernels and the SP all-gathers re-run (cost.recompute)
             d.set("parallel.recompute", "selective", s.kind(A + "mode"), where + ", selective_ac_option 'op'")
-            d.unmodelled.append("activation_checkpoint selective 'op': torchtitan saves every other matmul and attention; priced as "
-                                "the planner's selective level (attention recomputed)")
         elif opt.isdigit() and int(opt) >= 1:
             n = int(opt)
             d.set("parallel.recompute", "full", s.kind(A + "mode"), where + f", every {n}th block wrapped")

@@ -78,7 +78,7 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig,
     links = group_links(cluster, par)
     notes: list[str] = []
 
-    costs = layer_costs(model, cluster, job, par, C)
+    costs = layer_costs(model, cluster, job, par, C, sac=eng.memory.selective)
     raw = costs[4]
     t_tp, t_cp_f, t_a2a, t_p2p = raw["t_tp"], raw["t_cp"], raw["t_a2a"], raw["t_p2p"]
     dcounts = dense_counts(model, lps)

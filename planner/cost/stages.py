@@ -18,6 +18,7 @@ from planner.cost.compute import layer_kernels, layer_times, logits_times, moe_l
 from planner.cost.constants import Constants
 from planner.cost.flops import kv_exchange_width
 from planner.cost.memory_peak import stage_peak
+from planner.cost.recompute import op_sac_recomputed_gemm_share
 from planner.engines.profile import Engine
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
@@ -55,7 +56,8 @@ def a2a_merged_fraction(par: ParallelConfig, m: int) -> float:
     return (total - warm) / total
 
 
-def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, C: Constants, merged: float | None = None) -> tuple:
+def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, C: Constants, merged: float | None = None,
+                sac: str = "korthikanti") -> tuple:
     """Per layer and micro-batch on one GPU: (dense costs, MoE costs, last-stage extra,
     per-stage pipeline send/recv, raw times), each cost a dict of seconds by kind.
     ``merged``: the share of passes whose expert all-to-all overlaps another micro-batch's
@@ -66,13 +68,14 @@ def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelC
         merged = a2a_merged_fraction(par, par.num_microbatches(job.global_batch_size)) if par.moe_a2a_overlap else 0.0
     key = (par.tp, par.pp, par.dp, par.cp, par.ep, par.vpp, par.micro_batch_size, par.recompute,
            bool(par.sequence_parallel and par.tp > 1), bool(par.tp_comm_overlap), bool(par.async_tp_allreduce), par.attention == "flash",
-           par.etp or par.tp, merged, par.moe_dispatcher or "alltoall", par.cuda_graph or "none")
+           par.etp or par.tp, merged, par.moe_dispatcher or "alltoall", par.cuda_graph or "none",
+           sac if par.recompute == "selective" else "korthikanti")
     return _layer_costs(model, cluster, job, key, C)
 
 
 @lru_cache(maxsize=65536)
 def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C: Constants) -> tuple:
-    tp, pp, dp, cp, ep, v, mb, rec, sp, tpo, asy, flash, etp, merged, disp, graph = key
+    tp, pp, dp, cp, ep, v, mb, rec, sp, tpo, asy, flash, etp, merged, disp, graph, sac = key
     gpu = cluster.gpu
     prec = job.precision
     s = job.seq_len
@@ -119,13 +122,24 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
         t_a2a = t_ep_a2a + links["etp"].time("allgather", etp * ep_bytes)
     full = rec == "full"
 
+    op_sac = rec == "selective" and sac == "op"
+
     def cost(lt, moe: bool) -> dict[str, float]:
         a2a = 2 * t_a2a if moe else 0.0
-        recomp = lt.fwd_s if full else (lt.fwd_attn_s if rec == "selective" else 0.0)
+        if op_sac:
+            # torchtitan's per-op policy keeps every other mm, SDPA and the reduce-scatters; the
+            # backward re-runs the rest of the forward: a share of the GEMMs (and their FP8
+            # casts), every elementwise kernel and the sequence-parallel all-gathers.
+            share = op_sac_recomputed_gemm_share(model, moe, ep, C)
+            recomp = share * (lt.fwd_gemm_s + lt.fwd_quant_s) + lt.fwd_elementwise_s
+            tp_re = (2 * links["tp"].time("allgather", act_bytes) if sp else tp_fwd) if tp > 1 else 0.0
+        else:
+            recomp = lt.fwd_s if full else (lt.fwd_attn_s if rec == "selective" else 0.0)
+            tp_re = tp_fwd if full else 0.0
         out = {
             "compute": lt.fwd_s + lt.bwd_s,
             "recompute": recomp,
-            "tp_comm": tp_fwd + tp_bwd + (tp_fwd if full else 0.0),
+            "tp_comm": tp_fwd + tp_bwd + tp_re,
             "cp_comm": cp_fwd + cp_bwd + (cp_fwd if full else 0.0),
             "ep_comm": 2 * a2a + (a2a if full else 0.0),
         }
@@ -138,7 +152,9 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
             a2a_only = 4 * t_ep_a2a
             hidden = min(a2a_only, C.COMM_COMPUTE_OVERLAP_EFFICIENCY * (lt.fwd_s + lt.bwd_s))
             out["ep_comm"] -= merged * hidden
-        out["host"] = host_exposed(sum(out.values()), layer_host_s(model, tp, sp, flash, moe, ep, full, graph, C), C)
+        # A per-op policy re-runs the block's whole forward in Python (saved ops return their
+        # cached output), so its host side is a full forward's.
+        out["host"] = host_exposed(sum(out.values()), layer_host_s(model, tp, sp, flash, moe, ep, full or op_sac, graph, C), C)
         return out
 
     lg_f, lg_b = logits_times(model, gpu, prec, mb, s, tp, cp, C)

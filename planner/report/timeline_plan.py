@@ -137,7 +137,7 @@ def plan_context(doc: dict, rank: int = 1) -> PlanContext:
 def stage_phases(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, engine: str, C: Constants) -> tuple[list[dict], float]:
     """Per stage ``{"fwd_s", "bwd_s", "recompute_s", "pp_comm_s"}`` for one micro-batch (all of
     the rank's virtual stages together) of the resolved ``par``, and the seconds of one pipeline send."""
-    costs = layer_costs(model, cluster, job, par, C)
+    costs = layer_costs(model, cluster, job, par, C, sac=get_engine(engine).memory.selective)
     cost_d, cost_m, last_extra, pp_comm, raw = costs
     lps = par.layers_per_stage or default_split(model, par.pp, par.vpp, get_engine(engine))
     dcounts = dense_counts(model, tuple(lps))

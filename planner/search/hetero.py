@@ -135,7 +135,7 @@ def hetero_evaluate(model: ModelSpec, hc: HeteroCluster, job: Job, par: Parallel
     for i, (g, n) in enumerate(zip(placement, layers)):
         c = clusters[g]
         pg = _on(par, c, model, job, eng)
-        costs = layer_costs(model, c, job, pg, C)
+        costs = layer_costs(model, c, job, pg, C, sac=eng.memory.selective)
         t_i = sum(stage_time_parts(costs, n, dcounts[i], i == pp - 1).values())
         params = M.stage_params(model, n, i, pp, par.tp, par.ep, n_dense=dcounts[i], etp=par.etp)
         syncs.append(stage_sync(c, job, pg, params, n, t_i, m, costs[4]["bwd_dense_s"], costs[4]["fwd_dense_s"], C, eng))
@@ -257,7 +257,7 @@ def _lower_bound(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelCon
     speeds, p2p, last = [], math.inf, math.inf
     for g, grp in enumerate(hc.groups):
         c = hc.group_cluster(g, par.world)
-        costs = layer_costs(model, c, job, _on(par, c, model, job, engine), C)
+        costs = layer_costs(model, c, job, _on(par, c, model, job, engine), C, sac=engine.memory.selective)
         a = sum(stage_time_parts(costs, 1, 1 if model.moe is None else 0, False).values()) - costs[3]
         speeds.append((1.0 / a, grp.count // width))
         p2p, last = min(p2p, costs[3]), min(last, costs[2])

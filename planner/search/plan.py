@@ -268,7 +268,7 @@ def plan(
             a2a = a2a_overlap_why(eng, model, ep, rec, pp, v, sched, zero=z, graph=graph) is None
         lk = (tp, cp, ep, mb, rec, f["sequence_parallel"], f["tp_comm_overlap"], f["async_tp_allreduce"], f["attention"], etp, a2a, disp, graph)
         if lk not in per_layer_cache:
-            per_layer_cache[lk] = per_layer_time(model, cluster, job, lk, C)
+            per_layer_cache[lk] = per_layer_time(model, cluster, job, lk, C, sac=eng.memory.selective)
         m = job.global_batch_size // (mb * dp)
         pk = (tp, cp, dp, pp, mb, v)
         if pk not in p2p_cache:

@@ -62,7 +62,7 @@ def stage_affine(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parallel
     resolved configuration ``par``."""
     pp, v = par.pp, par.vpp
     m = par.num_microbatches(job.global_batch_size)
-    costs = layer_costs(model, cluster, job, par, C)
+    costs = layer_costs(model, cluster, job, par, C, sac=engine.memory.selective)
     bwd, fwd = costs[4]["bwd_dense_s"], costs[4]["fwd_dense_s"]
     times, syncs, opts, mems, fwds, wgrads = [], [], [], [], [], []
     dense = model.dense_layers if model.moe is not None else 0
