@@ -407,6 +407,6 @@ def _recompute(d: Draft, s: TitanSettings) -> None:
             raise InputError(s.where(A + "selective_ac_option"), opt, "'op' or a positive integer (distributed/activation_checkpoint.py)")
     elif mode == "memory_budget":
         d.set("parallel.recompute", "selective", "file", where)
-        d.unmodelled.append(f"activation_checkpoint memory_budget {s.get(A + 'memory_budget')}: compiler-chosen recompute, priced as selective")
+        d.unmodelled.append(f"activation_checkpoint memory_budget {s.get(A + 'memory_budget')}: compiler-chosen recompute, priced as the per-op selective policy")
     else:
         raise InputError(where, mode, "none, selective, full or memory_budget")

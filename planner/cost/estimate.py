@@ -18,6 +18,7 @@ from planner.cost import memory as M
 from planner.cost.comm import group_links
 from planner.cost.constants import DEFAULT_CONSTANTS, Constants
 from planner.cost.flops import layer_flops, step_model_flops
+from planner.cost.recompute import op_sac_recomputed_gemm_share
 from planner.cost.result import Estimate
 from planner.cost.rules import check_parallel
 from planner.cost.stages import dense_counts, embedding_sync_time, layer_costs, stage_fw, stage_memory, stage_sync, stage_time_parts
@@ -108,15 +109,19 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig,
     # --- FLOPs and utilisation ----------------------------------------------------------------
     gbs = job.global_batch_size
     model_flops = step_model_flops(model, gbs, s)
-    fwd_matmul = fwd_core = 0.0
+    fwd_matmul = fwd_core = op_matmul = 0.0
     for moe_l, count in ((False, model.dense_layers), (True, model.moe_layers)):
         if count:
             lf = layer_flops(model, gbs, s, moe_l)
             fwd_matmul += count * lf.matmul
             fwd_core += count * lf.attn_core
+            op_matmul += count * lf.matmul * op_sac_recomputed_gemm_share(model, moe_l, par.ep, C)
     # HFU adds the recomputed forward to the model FLOPs, in the same (full-square) attention
     # convention as MFU, so HFU >= MFU always (Korthikanti et al. 2022 sec. 6 define HFU this way).
-    rec_flops = {"full": fwd_matmul + fwd_core, "selective": fwd_core}.get(par.recompute, 0.0)
+    # Selective: Megatron's re-runs the attention core, torchtitan's per-op policy a share of the
+    # mms (cost.recompute).
+    selective = op_matmul if eng.memory.selective == "op" else fwd_core
+    rec_flops = {"full": fwd_matmul + fwd_core, "selective": selective}.get(par.recompute, 0.0)
     executed = model_flops + rec_flops
     n = cluster.num_gpus
     peak16 = gpu.peak("bf16")

@@ -128,10 +128,11 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
         a2a = 2 * t_a2a if moe else 0.0
         if op_sac:
             # torchtitan's per-op policy keeps every other mm, SDPA and the reduce-scatters; the
-            # backward re-runs the rest of the forward: a share of the GEMMs (and their FP8
-            # casts), every elementwise kernel and the sequence-parallel all-gathers.
+            # backward re-runs the block's forward eagerly with those outputs cached: a share of
+            # the GEMMs, every FP8 cast (torchao casts each GEMM input, the cached mms' too; only
+            # aten.max is kept), every elementwise kernel and the sequence-parallel all-gathers.
             share = op_sac_recomputed_gemm_share(model, moe, ep, C)
-            recomp = share * (lt.fwd_gemm_s + lt.fwd_quant_s) + lt.fwd_elementwise_s
+            recomp = share * lt.fwd_gemm_s + lt.fwd_quant_s + lt.fwd_elementwise_s
             tp_re = (2 * links["tp"].time("allgather", act_bytes) if sp else tp_fwd) if tp > 1 else 0.0
         else:
             recomp = lt.fwd_s if full else (lt.fwd_attn_s if rec == "selective" else 0.0)

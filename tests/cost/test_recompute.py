@@ -51,3 +51,30 @@ def test_torchtitan_estimate_uses_the_op_policy():
     costs = layer_costs(LLAMA, cluster, job, tt.parallel, C, sac="op")[0]
     per_layer = tt.time_breakdown_s["recompute_s"] / LLAMA.layers / tt.num_microbatches
     assert per_layer == pytest.approx(costs["recompute"], rel=1e-6)
+
+
+def test_op_recompute_is_the_share_of_gemms_every_cast_and_the_elementwise_kernels():
+    from planner.cost.compute import layer_times
+
+    cluster = make_cluster("h100-sxm5-80gb", 8)
+    job = Job(8192, 8, "fp8")
+    par = ParallelConfig(tp=8, dp=1, micro_batch_size=1, recompute="selective", sequence_parallel=True)
+    lt = layer_times(LLAMA, cluster.gpu, "fp8", 1, 8192, 8, 1, True, True, False, 1, C=C)
+    op = layer_costs(LLAMA, cluster, job, par, C, sac="op")[0]
+    share = op_sac_recomputed_gemm_share(LLAMA, False, 1, C)
+    assert lt.fwd_quant_s > 0
+    assert op["recompute"] == pytest.approx(share * lt.fwd_gemm_s + lt.fwd_quant_s + lt.fwd_elementwise_s)
+
+
+def test_the_search_bound_takes_the_policy():
+    """At 32K tokens Megatron's selective recompute (the attention core) costs more than the
+    per-op policy, so a bound priced with the wrong policy would exceed the exact time."""
+    from planner.search.bounds import per_layer_time
+
+    cluster = make_cluster("h100-sxm5-80gb", 8)
+    job = Job(32768, 8, "bf16")
+    lk = (1, 1, 1, 1, "selective", False, False, False, "flash", 1, False, "alltoall", "none")
+    op = per_layer_time(LLAMA, cluster, job, lk, C, sac="op")[0]
+    assert per_layer_time(LLAMA, cluster, job, lk, C)[0] > op
+    est = estimate(LLAMA, cluster, job, ParallelConfig(tp=1, dp=8, micro_batch_size=1, recompute="selective", zero=3), "torchtitan")
+    assert op * LLAMA.layers * est.num_microbatches <= est.step_time_s

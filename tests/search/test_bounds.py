@@ -60,7 +60,7 @@ def test_step_lower_bound_never_exceeds_the_estimate(seed, engine):
         p2p = p2p_per_stage(model, cluster, job, (tp, cp, dp, pp, mb, v), C) if pp > 1 else 0.0
         lk = (tp, cp, ep, mb, rec, f["sequence_parallel"], f["tp_comm_overlap"], f["async_tp_allreduce"], f["attention"],
               default_etp(tp, dp, cp, ep), a2a_overlap_why(eng, model, ep, rec, pp, v, sched) is None, "alltoall", graph)
-        per_layer = per_layer_time(model, cluster, job, lk, C)
+        per_layer = per_layer_time(model, cluster, job, lk, C, sac=eng.memory.selective)
         m = par.num_microbatches(job.global_batch_size)
         lb = step_lower_bound(model.layers, pp, v, m, per_layer, p2p, C.STEP_OVERHEAD_S, split_unit(v, eng), pipeline_form(sched, m, v, pp))
         splits = [None] if pp == 1 else list(_splits(model.layers, pp, v, split_unit(v, eng)))
