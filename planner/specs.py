@@ -129,6 +129,10 @@ class ModelSpec:
     v_head_dim: int = 0
     position_embedding: str | None = None  # rope | learned; None: rope for RMSNorm (Llama-family) models, learned for GPT
     rope_theta: float | None = None  # rotary base (Llama 3: 500000); None: the model family's default is unknown
+    # Multi-token prediction modules after the last layer (DeepSeek-V3 sec. 2.2, depth D = 1;
+    # Megatron-core --mtp-num-layers): each is an embedding + hidden norm, a 2h -> h projection,
+    # one transformer layer and the shared output head with its own loss.
+    mtp_layers: int = 0
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -139,6 +143,8 @@ class ModelSpec:
         if self.position_embedding is None:
             object.__setattr__(self, "position_embedding", "rope" if self.norm == "rmsnorm" else "learned")
         _choice("model.position_embedding", self.position_embedding, ("rope", "learned"))
+        if isinstance(self.mtp_layers, bool) or not isinstance(self.mtp_layers, int) or not 0 <= self.mtp_layers <= 16:
+            raise InputError("model.mtp_layers", self.mtp_layers, "an integer from 0 to 16")
         if self.rope_theta is not None:
             _positive_float("model.rope_theta", self.rope_theta)
         if self.head_dim is None:

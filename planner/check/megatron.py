@@ -200,6 +200,7 @@ def _model(d: Draft, p: Parsed) -> None:
         d.notes.append(f"--max-position-embeddings {mpe}: the learned position table is priced with {seq} rows (--seq-length)")
     if kind == "rope":
         _set(d, "model.rope_theta", float(p.int("--rotary-base", 10000)), p, "--rotary-base", "Megatron default rotary base 10000 (ARGS:2418)")
+    _set(d, "model.mtp_layers", p.int("--mtp-num-layers", 0) or 0, p, "--mtp-num-layers", "Megatron default: no multi-token prediction")
     _vocab(d, p)
     _moe(d, p)
     _dropout(d, p)

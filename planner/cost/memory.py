@@ -315,6 +315,14 @@ def stage_params(model: ModelSpec, layers: int, stage: int, pp: int, tp: int, ep
     out["embedding"] = emb["embedding"] / tp if stage == 0 else 0.0
     if stage == pp - 1:
         out["output"] = (emb["output"] or (emb["embedding"] if pp > 1 else 0)) / tp + emb["final_norm"]
+        if model.mtp_layers:
+            # each MTP module (Megatron-core MultiTokenPredictionLayer): one layer of the decoder's
+            # last kind, eh_proj (2h x h, column-parallel), enorm, hnorm and its final norm; the
+            # embedding and output head are shared with the main model
+            lp = lp_m if model.moe_layers else lp_d
+            out["layers"] += model.mtp_layers * (shard(lp) + 2 * model.hidden * model.hidden / tp + 3 * model.hidden)
+            if model.moe_layers:
+                out["experts"] += model.mtp_layers * lp_m["experts"] / ((etp or tp) * ep)
     else:
         out["output"] = 0.0
     return out

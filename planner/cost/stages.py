@@ -14,7 +14,7 @@ from functools import lru_cache
 from planner.cost import memory as M
 from planner.cost.comm import (GroupLinks, alltoall_time, cp_ring_exposed, cp_ring_time, degree_links, flex_dispatch_time,
                                group_links, moe_dispatch_bytes, p2p_time, tp_allreduce_time)
-from planner.cost.compute import layer_kernels, layer_times, logits_times, moe_load_factor
+from planner.cost.compute import gemm_time, layer_kernels, layer_times, logits_times, moe_load_factor
 from planner.cost.constants import Constants
 from planner.cost.flops import kv_exchange_width
 from planner.cost.memory_peak import stage_peak
@@ -168,11 +168,23 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
         around. The weight-gradient GEMMs are half the backward GEMM time (the data- and
         weight-gradient GEMMs of each linear layer have equal FLOPs; Qi et al. 2024 sec. 2)."""
         return lt.fwd_s + tp_fwd + cp_fwd + (a2a_f if moe else 0.0), lt.bwd_gemm_s / 2
+    # Multi-token prediction (DeepSeek-V3 arXiv 2412.19437 sec. 2.2; Megatron-core
+    # transformer/multi_token_prediction.py MultiTokenPredictionLayer), on the last stage after the
+    # decoder: enorm + hnorm, eh_proj (2h -> h, column-parallel), one transformer layer of the
+    # decoder's last kind, then the shared output head and its own cross-entropy.
+    mtp_s = mtp_f = 0.0
+    if model.mtp_layers:
+        kind = (lt_m, True) if has_moe else (lt_d, False)
+        tok = mb * s / cp
+        proj_f = gemm_time(tok, model.hidden / tp, 2 * model.hidden, gpu, prec, C)
+        proj_b = gemm_time(tok, 2 * model.hidden, model.hidden / tp, gpu, prec, C) + gemm_time(2 * model.hidden, model.hidden / tp, tok, gpu, prec, C)
+        mtp_s = model.mtp_layers * (sum(cost(*kind).values()) + lg_f + lg_b + proj_f + proj_b)
+        mtp_f = model.mtp_layers * (fw(*kind)[0] + lg_f + proj_f)
     t_p2p = p2p_send_time(model, cluster, job, tp, pp, dp, cp, mb)
     raw = {"t_tp": t_tp, "t_cp": t_cp_f, "t_a2a": t_a2a, "t_p2p": t_p2p, "bwd_dense_s": lt_d.bwd_s, "fwd_dense_s": lt_d.fwd_s,
            "tp_fwd_exposed_s": tp_fwd, "tp_bwd_exposed_s": tp_bwd, "fw_dense": fw(lt_d, False), "fw_moe": fw(lt_m, True),
-           "fw_last": (lg_f, 0.0)}
-    return cost(lt_d, False), cost(lt_m, True), lg_f + lg_b, (2 * v * t_p2p if pp > 1 else 0.0), raw
+           "fw_last": (lg_f + mtp_f, 0.0), "mtp_s": mtp_s}
+    return cost(lt_d, False), cost(lt_m, True), lg_f + lg_b + mtp_s, (2 * v * t_p2p if pp > 1 else 0.0), raw
 
 
 def layer_host_s(model: ModelSpec, tp: int, sp: bool, flash: bool, moe: bool, ep: int, full: bool, graph: str, C: Constants) -> float:

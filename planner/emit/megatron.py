@@ -74,6 +74,8 @@ def _model_args(v: PlanView) -> list[str]:
     else:
         a += ["--position-embedding-type", "learned_absolute"]
     a += ["--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"]
+    if m.mtp_layers:
+        a += ["--mtp-num-layers", m.mtp_layers]  # multi-token prediction (TransformerConfig.mtp_num_layers)
     if m.mlp == "swiglu":
         a.append("--swiglu")
     elif m.mlp == "relu2":
@@ -116,15 +118,18 @@ def _moe_args(v: PlanView) -> list[str]:
     return [str(x) for x in a]
 
 
-def pipeline_layout(stages: tuple[int, ...] | list[int], vpp: int) -> str:
+def pipeline_layout(stages: tuple[int, ...] | list[int], vpp: int, mtp: int = 0) -> str:
     """Megatron's ``--pipeline-model-parallel-layout`` for per-rank layer counts ``stages``:
     the pp x vpp virtual stages in chunk-major order (virtual stage j on rank j % pp, TC:119-121),
-    E = embedding, t = one transformer layer, L = output layer and loss; chunk sizes from
+    E = embedding, t = one transformer layer, m = one multi-token prediction module (``mtp``, in the
+    last virtual stage before the loss: the count must equal --mtp-num-layers, TC layout checks),
+    L = output layer and loss; chunk sizes from
     :func:`planner.emit.common.chunk_sizes`. Runs of equal stages are written ``(...)*n``
     (pipeline_parallel_layer_layout.py:291-301 unrolls one level)."""
     segs = ["t" * n for n in chunk_sizes(stages, vpp)]
+    tail = "m" * mtp + "L"
     if len(segs) == 1:
-        return "E" + segs[0] + "L"
+        return "E" + segs[0] + tail
     text, i, middle = "E" + segs[0] + "|", 1, len(segs) - 1
     while i < middle:
         j = i
@@ -133,7 +138,7 @@ def pipeline_layout(stages: tuple[int, ...] | list[int], vpp: int) -> str:
         n = j - i + 1
         text += f"({segs[i]}|)*{n}," if n > 2 else (segs[i] + "|") * n
         i = j + 1
-    return text + segs[-1] + "L"
+    return text + segs[-1] + tail
 
 
 def _account_split(stages: tuple[int, ...], vpp: int) -> bool:
@@ -173,7 +178,7 @@ def pipeline_args(v: PlanView) -> list[str]:
     else:
         # Anything else: the explicit layout (it replaces the first/last and virtual-stage flags;
         # vpp = stages / pp, ARGS:941-952).
-        a += ["--pipeline-model-parallel-layout", pipeline_layout(stages, vpp)]
+        a += ["--pipeline-model-parallel-layout", pipeline_layout(stages, vpp, v.model.mtp_layers)]
     return [str(x) for x in a]
 
 

@@ -268,6 +268,8 @@ def check_engine(model: ModelSpec, job: Job, par: ParallelConfig, engine: Engine
         raise InputError("parallel.moe_dispatcher", par.moe_dispatcher, f"alltoall {why}")
     if (why := cuda_graph_why(engine, model, par.cuda_graph, par.recompute, par.zero, par.moe_a2a_overlap)) is not None:
         raise InputError("parallel.cuda_graph", par.cuda_graph, f"none {why}")
+    if model.mtp_layers and not engine.mtp:
+        raise InputError("model.mtp_layers", model.mtp_layers, f"0 on {e} (the planner prices multi-token prediction on megatron-core only)")
     if par.attention == "flash" and not engine.flash_attention:
         raise InputError("parallel.attention", "flash", f"unfused on {e}")
     if par.pp > 1 and par.schedule not in engine.schedules:

@@ -170,6 +170,7 @@ class Engine:
     moe_a2a_overlap: bool = False  # the expert all-to-all overlapped with another micro-batch's compute
     moe_flex_dispatcher: bool = False  # DeepEP / HybridEP token dispatch (one copy per destination rank and node)
     cuda_graphs: bool = False  # CUDA-graph capture of layers or of the whole step (--cuda-graph-impl)
+    mtp: bool = False  # multi-token prediction modules on the last pipeline stage (--mtp-num-layers)
 
     @property
     def zero_stages(self) -> tuple[int, ...]:
@@ -238,6 +239,7 @@ def _from_dict(d: dict, where: str) -> Engine:
         moe_a2a_overlap=bool(feats.get("moe_a2a_overlap", False)),
         moe_flex_dispatcher=bool(feats.get("moe_flex_dispatcher", False)),
         cuda_graphs=bool(feats.get("cuda_graphs", False)),
+        mtp=bool(feats.get("mtp", False)),
     )
 
 

@@ -295,7 +295,10 @@ def model_from_hf_config(data: dict, name: str = "hf-model") -> ModelSpec:
         bias = r.bool_("attention_bias", False) or r.bool_("mlp_bias", False) or mlp == "gelu"
     tied = r.bool_("tie_word_embeddings", family not in _UNTIED_DEFAULT)
     if d.get("num_nextn_predict_layers"):
-        notes.append(f"{d['num_nextn_predict_layers']} multi-token-prediction layer(s) not counted")
+        # the checkpoint's MTP weights; whether a run trains them is the job's choice (megatron-core
+        # --mtp-num-layers), so the import leaves model.mtp_layers at 0
+        notes.append(f"{d['num_nextn_predict_layers']} multi-token-prediction layer(s) in the checkpoint not priced "
+                     "(set mtp_layers in a model YAML to price them on megatron-core)")
 
     arch = data.get("architectures")
     label = ",".join(a for a in arch if isinstance(a, str)) if isinstance(arch, list) else ""

@@ -49,7 +49,7 @@ _MODEL_KEYS = {
     "id", "name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp",
     "tied_embeddings", "head_dim", "moe", "bias", "norm", "q_lora_rank", "kv_lora_rank",
     "qk_rope_head_dim", "v_head_dim", "max_seq_len", "sources", "source", "notes", "family", "published_params_b",
-    "position_embedding", "rope_theta",
+    "position_embedding", "rope_theta", "mtp_layers",
 }
 
 
@@ -164,6 +164,7 @@ def model_from_dict(d: dict, where: str = "model", strict: bool = True) -> Model
         v_head_dim=int(d.get("v_head_dim", 0) or 0),
         position_embedding=d.get("position_embedding"),
         rope_theta=None if d.get("rope_theta") is None else float(d["rope_theta"]),
+        mtp_layers=int(d.get("mtp_layers", 0) or 0),
         source="; ".join(sources) if isinstance(sources, list) else str(sources),
     )
 

@@ -35,6 +35,8 @@ def check_fixed(model, cluster, job, opts) -> None:
         raise InputError("parallel.moe_dispatcher", fixed["moe_dispatcher"], f"alltoall {why}")
     if (why := cuda_graph_why(eng, model, fixed.get("cuda_graph"), fixed.get("recompute"))) is not None:
         raise InputError("parallel.cuda_graph", fixed["cuda_graph"], f"none {why}")
+    if model.mtp_layers and not eng.mtp:
+        raise InputError("model.mtp_layers", model.mtp_layers, f"0 on {eng.name} (the planner prices multi-token prediction on megatron-core only)")
     n = cluster.num_gpus
     tp, pp, dp, cp, ep = (fixed.get(k) for k in ("tp", "pp", "dp", "cp", "ep"))
     vpp, mb, sp, zero = (fixed.get(k) for k in ("vpp", "micro_batch_size", "sequence_parallel", "zero"))

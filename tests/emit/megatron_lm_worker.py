@@ -100,7 +100,8 @@ def _check(A, case: dict) -> dict:
                 "v_head_dim", "num_experts", "moe_router_topk", "moe_ffn_hidden_size", "moe_layer_freq",
                 "moe_shared_expert_intermediate_size", "sequence_parallel", "recompute_granularity",
                 "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
-                "untie_embeddings_and_output_weights", "normalization", "swiglu", "add_bias_linear", "overlap_moe_expert_parallel_comm")
+                "untie_embeddings_and_output_weights", "normalization", "swiglu", "add_bias_linear", "overlap_moe_expert_parallel_comm",
+                "mtp_num_layers")
         got = {k: getattr(args, k, None) for k in keys}
         got["config_overlap_moe_expert_parallel_comm"] = getattr(cfg, "overlap_moe_expert_parallel_comm", None)
         got["config_moe_token_dispatcher_type"] = getattr(cfg, "moe_token_dispatcher_type", None)

@@ -72,11 +72,19 @@ def _graph_doc(graph: str) -> dict:
     return doc
 
 
+def _mtp_doc() -> dict:
+    """DeepSeek-V3 with one multi-token prediction module (--mtp-num-layers 1)."""
+    doc = copy.deepcopy(load("deepseek_v3_1024gpu"))
+    doc["model"]["mtp_layers"] = 1
+    return doc
+
+
 CASES = {f"{fx}-{r}": (load(fx), r) for fx, r in MEGATRON_PLANS}
 CASES.update({"layout-vpp1": (_layout_doc(1), 1), "layout-vpp2": (_layout_doc(2), 1), "odd-chunks-vpp2": (_odd_doc(), 1),
               "a2a-overlap-etp1": (_a2a_overlap_doc(1), 3), "a2a-overlap-etp-tp": (_a2a_overlap_doc(2), 3),
               "flex-deepep": (_flex_doc("deepep"), 3), "flex-hybridep": (_flex_doc("hybridep"), 3),
-              "cuda-graph-layer": (_graph_doc("layer"), 1), "cuda-graph-full-iteration": (_graph_doc("full_iteration"), 1)})
+              "cuda-graph-layer": (_graph_doc("layer"), 1), "cuda-graph-full-iteration": (_graph_doc("full_iteration"), 1),
+              "mtp": (_mtp_doc(), 1)})
 
 
 def _controls() -> list[dict]:
@@ -146,6 +154,7 @@ def test_megatron_lm_accepts(megatron_results, name):
         assert a["ckpt_format"] == "fsdp_dtensor"
     assert (a["num_layers"], a["hidden_size"], a["ffn_hidden_size"], a["num_attention_heads"]) == (m.layers, m.hidden, m.ffn_hidden, m.heads)
     assert a["untie_embeddings_and_output_weights"] == (not m.tied_embeddings)
+    assert (a["mtp_num_layers"] or 0) == m.mtp_layers
 
 
 def test_the_check_is_live(megatron_results):
