@@ -17,10 +17,11 @@ from pathlib import Path
 
 from planner.check.bash_expand import text_of
 from planner.check.edits import Edit, unified_diff
+from planner.emit.megatron import pipeline_layout
 from planner.errors import InputError
 from planner.specs import ParallelConfig
 
-__all__ = ["ShellEditor", "megatron_flags", "layout_string"]
+__all__ = ["ShellEditor", "megatron_flags"]
 
 _PIPE = ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank", "--pipeline-model-parallel-layout",
          "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers", "--account-for-embedding-in-pipeline-split",
@@ -30,21 +31,6 @@ _REC = ("--recompute-granularity", "--recompute-method", "--recompute-num-layers
         "--checkpoint-num-layers")
 _SHARD = ("--use-distributed-optimizer", "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--use-torch-fsdp2",
           "--torch-fsdp2-no-reshard-after-forward", "--num-distributed-optimizer-instances")
-
-
-def layout_string(stages: tuple, vpp: int) -> str:
-    """``--pipeline-model-parallel-layout`` for layers per rank ``stages`` with ``vpp`` chunks
-    each (a rank's layers spread over its chunks as evenly as possible, the extra ones last);
-    virtual stage ``v*pp + r`` is chunk ``v`` of rank ``r``."""
-    pp = len(stages)
-    chunks = []
-    for v in range(vpp):
-        for r in range(pp):
-            base, extra = divmod(stages[r], vpp)
-            chunks.append("t" * (base + (1 if v >= vpp - extra else 0)))
-    chunks[0] = "E" + chunks[0]
-    chunks[-1] = chunks[-1] + "L"
-    return "|".join(chunks)
 
 
 def megatron_flags(par: ParallelConfig, old: ParallelConfig, model, legacy: bool, layers: int) -> dict:
@@ -79,12 +65,12 @@ def megatron_flags(par: ParallelConfig, old: ParallelConfig, model, legacy: bool
                 if par.vpp > 1:
                     want["--num-virtual-stages-per-pipeline-rank"] = [str(par.vpp)]
             else:
-                want["--pipeline-model-parallel-layout"] = [layout_string(lps_new, par.vpp)]
+                want["--pipeline-model-parallel-layout"] = [pipeline_layout(lps_new, par.vpp, model.mtp_layers)]
         elif par.vpp > 1:
             if (layers // par.pp) % par.vpp == 0:
                 want["--num-virtual-stages-per-pipeline-rank"] = [str(par.vpp)]
             else:
-                want["--pipeline-model-parallel-layout"] = [layout_string(lps_new, par.vpp)]
+                want["--pipeline-model-parallel-layout"] = [pipeline_layout(lps_new, par.vpp, model.mtp_layers)]
     if par.recompute != old.recompute:
         for f in _REC:
             want[f] = None

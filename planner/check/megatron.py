@@ -362,10 +362,13 @@ def _job(d: Draft, p: Parsed) -> None:
         d.set("job.grad_reduce", "auto", "default", "Megatron default: fp32 main gradients for bf16/fp8, fp16 for fp16")
 
 
-def parse_layout(layout: str, layers: int, pp: int, where: str) -> tuple[int, tuple[int, ...]]:
+def parse_layout(layout: str, layers: int, pp: int, where: str, mtp: int = 0) -> tuple[int, tuple[int, ...]]:
     """(vpp, layers per rank) of ``--pipeline-model-parallel-layout``
     (pipeline_parallel_layer_layout.py:276-321): commas dropped, ``(X)*n`` then ``c*n``
-    unrolled once each, stages split on ``|``; stage ``v*pp + r`` lives on rank ``r``."""
+    unrolled once each, stages split on ``|``; stage ``v*pp + r`` lives on rank ``r``. The
+    ``mtp`` multi-token prediction modules ('m', --mtp-num-layers) follow every 't', as
+    validate_layer_layout asks; the planner prices them on the last stage, so they must lie
+    there (Megatron also accepts a 'standalone' MTP stage on another rank)."""
     import re  # noqa: PLC0415
 
     s = layout.replace(",", "")
@@ -381,6 +384,10 @@ def parse_layout(layout: str, layers: int, pp: int, where: str) -> tuple[int, tu
         raise InputError(where, layout, f"{layers} 't' layers (one per --num-layers); it has {s.count('t')}")
     if s.count("E") != 1 or s.count("L") != 1 or not stages[0].startswith("E") or not stages[-1].endswith("L"):
         raise InputError(where, layout, "one E at the start of the first stage and one L at the end of the last")
+    if s.count("m") != mtp:
+        raise InputError(where, layout, f"{mtp} 'm' modules (one per --mtp-num-layers); it has {s.count('m')}")
+    if mtp and not ("t" not in s[s.index("m"):] and stages[-1].count("m") == mtp):
+        raise InputError(where, layout, "every 'm' in the last stage after its 't' layers (the planner prices multi-token prediction there)")
     vpp = len(stages) // pp
     per_rank = tuple(sum(stages[v * pp + r].count("t") for v in range(vpp)) for r in range(pp))
     return vpp, per_rank
@@ -397,7 +404,7 @@ def _split(d: Draft, p: Parsed, layers: int, pp: int) -> tuple[int, tuple[int, .
     if given == ["--pipeline-model-parallel-layout"]:
         if first or last or emb or loss:
             raise InputError(_src(p, "--pipeline-model-parallel-layout"), "with first/last or account flags", "the layout alone (TC:2242-2259)")
-        vpp, lps = parse_layout(p.one(given[0]), layers, pp, _src(p, given[0]))
+        vpp, lps = parse_layout(p.one(given[0]), layers, pp, _src(p, given[0]), p.int("--mtp-num-layers", 0) or 0)
         return vpp, lps, given[0], _src(p, given[0])
     if (first or last) and (emb or loss):
         raise InputError(_src(p, "--decoder-first-pipeline-num-layers" if first else "--decoder-last-pipeline-num-layers"),

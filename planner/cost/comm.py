@@ -108,6 +108,20 @@ def tp_allreduce_time(links: GroupLinks, nbytes: float, sequence_parallel: bool)
     return links.time("allreduce", nbytes)
 
 
+def mtp_tp_time(links: GroupLinks, nbytes: float, sequence_parallel: bool) -> float:
+    """Tensor-parallel traffic of one multi-token prediction module per micro-batch beyond its
+    transformer layer and output head, ``nbytes`` one b*s*h activation (Megatron-core
+    multi_token_prediction.py _concat_embeddings and its embedding). With SP: the embedding's
+    reduce-scatter (all-gather in backward), eh_proj's all-gather of its 2h input (reduce-scatter
+    of the gradient in backward), and the gather of its h/tp output over the hidden dimension
+    followed by the scatter to the sequence shards (one all-gather each way). Without SP: the
+    embedding's all-reduce, the output gather, and the all-reduce of eh_proj's 2h input gradient."""
+    if sequence_parallel:
+        return (links.time("allgather", 2 * nbytes) + links.time("reducescatter", 2 * nbytes)
+                + 3 * links.time("allgather", nbytes) + links.time("reducescatter", nbytes))
+    return links.time("allreduce", nbytes) + links.time("allgather", nbytes) + links.time("allreduce", 2 * nbytes)
+
+
 def p2p_time(links: GroupLinks, nbytes: float) -> float:
     """One pipeline send/recv between adjacent stages (on the inter level when the pipeline
     group leaves the domain)."""

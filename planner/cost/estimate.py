@@ -155,7 +155,8 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig,
         "overhead_s": C.STEP_OVERHEAD_S,
     }
     comm = [
-        {"kind": "tp", "link": links["tp"].link, "time_s": m * max(lps) * (6 if par.recompute == "full" else 4) * t_tp, "exposed_s": breakdown["tp_comm_exposed_s"]},
+        {"kind": "tp", "link": links["tp"].link, "time_s": m * max(n * (6 if par.recompute == "full" else 4) * t_tp + (raw["last_tp_link_s"] if i == pp - 1 else 0.0)
+                                                                   for i, n in enumerate(lps)), "exposed_s": breakdown["tp_comm_exposed_s"]},
         {"kind": "pp", "link": links["pp"].link, "time_s": m * 2 * v * t_p2p, "exposed_s": breakdown["pp_comm_exposed_s"]},
         {"kind": "dp", "link": links["dp_cp"].link, "time_s": max(x["total_s"] for x in syncs), "exposed_s": breakdown["dp_comm_exposed_s"]},
         {"kind": "cp", "link": links["cp"].link, "time_s": m * max(lps) * 3 * t_cp_f, "exposed_s": breakdown["cp_comm_exposed_s"]},

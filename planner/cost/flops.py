@@ -212,4 +212,11 @@ def step_model_flops(model: ModelSpec, global_batch: int, seq_len: int, causal: 
         lm = layer_flops(model, global_batch, seq_len, True)
         fwd += model.moe_layers * (lm.matmul + half * lm.attn_core)
     fwd += logits_flops(model, global_batch, seq_len)
+    if model.mtp_layers:
+        # each multi-token prediction module: a layer of the decoder's last kind, eh_proj (2h -> h)
+        # and a second pass of the output layer, as Megatron counts them (training.py
+        # num_floating_point_operations: mtp layers, "MTP eh proj", logits x (mtp_num_layers + 1))
+        last = layer_flops(model, global_batch, seq_len, bool(model.moe_layers))
+        proj = 2.0 * global_batch * seq_len * 2 * model.hidden * model.hidden
+        fwd += model.mtp_layers * (last.matmul + half * last.attn_core + proj + logits_flops(model, global_batch, seq_len))
     return 3.0 * fwd

@@ -317,12 +317,20 @@ def stage_params(model: ModelSpec, layers: int, stage: int, pp: int, tp: int, ep
         out["output"] = (emb["output"] or (emb["embedding"] if pp > 1 else 0)) / tp + emb["final_norm"]
         if model.mtp_layers:
             # each MTP module (Megatron-core MultiTokenPredictionLayer): one layer of the decoder's
-            # last kind, eh_proj (2h x h, column-parallel), enorm, hnorm and its final norm; the
-            # embedding and output head are shared with the main model
+            # last kind, eh_proj (2h x h, column-parallel), enorm, hnorm and its final norm (h
+            # each for RMSNorm, weight and bias for LayerNorm); the output head is the main
+            # model's. The modules embed the shifted tokens themselves: on a last stage that is not
+            # the first, an untied model keeps a copy of the word embedding there, kept in step
+            # with stage 0's by the embedding group's gradient all-reduce (language_module.py
+            # setup_embeddings_and_output_layer: "we also need to maintain duplicated embedding
+            # weights in mtp process stage"; a tied model's last stage holds it already).
             lp = lp_m if model.moe_layers else lp_d
-            out["layers"] += model.mtp_layers * (shard(lp) + 2 * model.hidden * model.hidden / tp + 3 * model.hidden)
+            norm_w = 2 if model.norm == "layernorm" else 1
+            out["layers"] += model.mtp_layers * (shard(lp) + 2 * model.hidden * model.hidden / tp + 3 * norm_w * model.hidden)
             if model.moe_layers:
                 out["experts"] += model.mtp_layers * lp_m["experts"] / ((etp or tp) * ep)
+            if pp > 1 and emb["output"]:
+                out["embedding"] += emb["embedding"] / tp
     else:
         out["output"] = 0.0
     return out

@@ -13,7 +13,7 @@ from functools import lru_cache
 
 from planner.cost import memory as M
 from planner.cost.comm import (GroupLinks, alltoall_time, cp_ring_exposed, cp_ring_time, degree_links, flex_dispatch_time,
-                               group_links, moe_dispatch_bytes, p2p_time, tp_allreduce_time)
+                               group_links, moe_dispatch_bytes, mtp_tp_time, p2p_time, tp_allreduce_time)
 from planner.cost.compute import gemm_time, layer_kernels, layer_times, logits_times, moe_load_factor
 from planner.cost.constants import Constants
 from planner.cost.flops import kv_exchange_width
@@ -168,23 +168,42 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
         around. The weight-gradient GEMMs are half the backward GEMM time (the data- and
         weight-gradient GEMMs of each linear layer have equal FLOPs; Qi et al. 2024 sec. 2)."""
         return lt.fwd_s + tp_fwd + cp_fwd + (a2a_f if moe else 0.0), lt.bwd_gemm_s / 2
+    # The output layer (ColumnParallelLinear) takes its input like a layer's column-parallel GEMM
+    # (Megatron-core tensor_parallel/layers.py): all-gathered over the sequence with SP and its
+    # gradient reduce-scattered in backward, else only the backward all-reduce; the backward one
+    # overlaps the weight-gradient GEMM as the layers' do (asynchronous TP all-reduce).
+    head_bwd = links["tp"].time("reducescatter" if sp else "allreduce", act_bytes)
+    head_tp = (links["tp"].time("allgather", act_bytes) if sp else 0.0) + head_bwd * (1 - C.TP_BWD_OVERLAP_FRACTION if asy else 1.0)
+    last_extra = {"compute": lg_f + lg_b, "tp_comm": head_tp}
+    head_tp_link = t_tp
+    last_link = head_tp_link  # seconds on the tensor-parallel links of the last stage's extra work
     # Multi-token prediction (DeepSeek-V3 arXiv 2412.19437 sec. 2.2; Megatron-core
     # transformer/multi_token_prediction.py MultiTokenPredictionLayer), on the last stage after the
-    # decoder: enorm + hnorm, eh_proj (2h -> h, column-parallel), one transformer layer of the
-    # decoder's last kind, then the shared output head and its own cross-entropy.
-    mtp_s = mtp_f = 0.0
+    # decoder: its embedding lookup, enorm + hnorm, eh_proj (2h -> h, column-parallel), one
+    # transformer layer of the decoder's last kind, then the shared output head and its own
+    # cross-entropy. Each module's kinds (its layer's recompute, communication and host time
+    # included) add to the last stage's.
+    mtp_f = mtp_w = 0.0
     if model.mtp_layers:
         kind = (lt_m, True) if has_moe else (lt_d, False)
         tok = mb * s / cp
         proj_f = gemm_time(tok, model.hidden / tp, 2 * model.hidden, gpu, prec, C)
-        proj_b = gemm_time(tok, 2 * model.hidden, model.hidden / tp, gpu, prec, C) + gemm_time(2 * model.hidden, model.hidden / tp, tok, gpu, prec, C)
-        mtp_s = model.mtp_layers * (sum(cost(*kind).values()) + lg_f + lg_b + proj_f + proj_b)
-        mtp_f = model.mtp_layers * (fw(*kind)[0] + lg_f + proj_f)
+        proj_w = gemm_time(2 * model.hidden, model.hidden / tp, tok, gpu, prec, C)
+        proj_b = gemm_time(tok, 2 * model.hidden, model.hidden / tp, gpu, prec, C) + proj_w
+        L = model.mtp_layers
+        last_link += L * (head_tp_link + (6 if full else 4) * t_tp + mtp_tp_time(links["tp"], act_bytes, sp))
+        for k, val in cost(*kind).items():
+            last_extra[k] = last_extra.get(k, 0.0) + L * val
+        last_extra["compute"] += L * (lg_f + lg_b + proj_f + proj_b)
+        last_extra["tp_comm"] += L * (head_tp + mtp_tp_time(links["tp"], act_bytes, sp))
+        f_k, w_k = fw(*kind)
+        mtp_f = L * (f_k + lg_f + proj_f)
+        mtp_w = L * (min(w_k, f_k) + proj_w)
     t_p2p = p2p_send_time(model, cluster, job, tp, pp, dp, cp, mb)
     raw = {"t_tp": t_tp, "t_cp": t_cp_f, "t_a2a": t_a2a, "t_p2p": t_p2p, "bwd_dense_s": lt_d.bwd_s, "fwd_dense_s": lt_d.fwd_s,
            "tp_fwd_exposed_s": tp_fwd, "tp_bwd_exposed_s": tp_bwd, "fw_dense": fw(lt_d, False), "fw_moe": fw(lt_m, True),
-           "fw_last": (lg_f + mtp_f, 0.0), "mtp_s": mtp_s}
-    return cost(lt_d, False), cost(lt_m, True), lg_f + lg_b + mtp_s, (2 * v * t_p2p if pp > 1 else 0.0), raw
+           "fw_last": (lg_f + mtp_f, mtp_w), "last_tp_link_s": last_link}
+    return cost(lt_d, False), cost(lt_m, True), last_extra, (2 * v * t_p2p if pp > 1 else 0.0), raw
 
 
 def layer_host_s(model: ModelSpec, tp: int, sp: bool, flash: bool, moe: bool, ep: int, full: bool, graph: str, C: Constants) -> float:
@@ -219,7 +238,8 @@ def stage_time_parts(costs: tuple, n: int, n_dense: int, last: bool) -> dict[str
     cost_d, cost_m, last_extra, pp_comm, _ = costs
     parts = {k: n_dense * cost_d[k] + (n - n_dense) * cost_m[k] for k in cost_d}
     if last:
-        parts["compute"] += last_extra
+        for k, val in last_extra.items():
+            parts[k] = parts.get(k, 0.0) + val
     parts["pp_comm"] = pp_comm
     return parts
 
@@ -233,7 +253,7 @@ def stage_fw(costs: tuple, n: int, n_dense: int, last: bool) -> tuple[float, flo
     (fd, wd), (fm, wm) = raw["fw_dense"], raw["fw_moe"]
     f, w = n_dense * fd + (n - n_dense) * fm, n_dense * min(wd, fd) + (n - n_dense) * min(wm, fm)
     if last:
-        f += raw["fw_last"][0]
+        f, w = f + raw["fw_last"][0], w + raw["fw_last"][1]
     return f, w
 
 
@@ -347,8 +367,10 @@ def stage_sync(cluster: ClusterSpec, job: Job, par: ParallelConfig, params: dict
 def embedding_sync_time(model: ModelSpec, par: ParallelConfig, grad_bytes: float, pp_links: GroupLinks, crosses_network: bool | None = None) -> float:
     """All-reduce of the tied embedding's gradient between the first and the last stage
     (Megatron's embedding group: two ranks, on the level the pipeline group crosses, or on the
-    network when ``crosses_network``). Zero without pipeline parallelism or untied embeddings."""
-    if par.pp <= 1 or not model.tied_embeddings:
+    network when ``crosses_network``). Multi-token prediction keeps a copy on the last stage of
+    an untied model too (finalize_model_grads.py _get_shared_word_embedding_weight: "share
+    embeddings ... or mtp_num_layers"). Zero without pipeline parallelism or a second copy."""
+    if par.pp <= 1 or not (model.tied_embeddings or model.mtp_layers):
         return 0.0
     emb_bytes = model.vocab * model.hidden / par.tp * grad_bytes
     net = pp_links.m > 1 if crosses_network is None else crosses_network

@@ -103,6 +103,18 @@ def engine_flags(engine: Engine, gpu: GpuSpec, tp: int, zero: int, given: dict |
     return out
 
 
+def mtp_rule(engine: Engine, model: ModelSpec) -> None:
+    """Multi-token prediction as the planner prices it: Megatron-core's MTP block, which its
+    arguments refuse beside learned absolute position embeddings (megatron/training/arguments.py,
+    "MTP validation": rope or none only)."""
+    if not model.mtp_layers:
+        return
+    if not engine.mtp:
+        raise InputError("model.mtp_layers", model.mtp_layers, f"0 on {engine.name} (the planner prices multi-token prediction on megatron-core only)")
+    if model.position_embedding == "learned":
+        raise InputError("model.mtp_layers", model.mtp_layers, "0 with learned position embeddings (Megatron-core runs MTP with rope only)")
+
+
 def a2a_overlap_runs(engine: Engine, model: ModelSpec, par: ParallelConfig) -> str | None:
     """Why ``engine`` cannot overlap the expert all-to-all of ``par`` (None when it can):
     Megatron-core's combined 1F1B (``--overlap-moe-expert-parallel-comm``) needs an MoE model,
@@ -127,6 +139,8 @@ def a2a_overlap_why(engine: Engine, model: ModelSpec, ep: int, recompute: str | 
         return "no full recompute"
     if pp > 1 and not (vpp > 1 and schedule == "interleaved"):
         return "the interleaved schedule (vpp > 1) with pipeline parallelism"
+    if model.mtp_layers > 1:
+        return "at most one multi-token prediction layer (transformer_config.py)"
     if graph == "layer" and zero >= 2:
         return "no layer CUDA graph under Megatron-FSDP (ZeRO >= 2)"
     return None
@@ -268,8 +282,7 @@ def check_engine(model: ModelSpec, job: Job, par: ParallelConfig, engine: Engine
         raise InputError("parallel.moe_dispatcher", par.moe_dispatcher, f"alltoall {why}")
     if (why := cuda_graph_why(engine, model, par.cuda_graph, par.recompute, par.zero, par.moe_a2a_overlap)) is not None:
         raise InputError("parallel.cuda_graph", par.cuda_graph, f"none {why}")
-    if model.mtp_layers and not engine.mtp:
-        raise InputError("model.mtp_layers", model.mtp_layers, f"0 on {e} (the planner prices multi-token prediction on megatron-core only)")
+    mtp_rule(engine, model)
     if par.attention == "flash" and not engine.flash_attention:
         raise InputError("parallel.attention", "flash", f"unfused on {e}")
     if par.pp > 1 and par.schedule not in engine.schedules:

@@ -162,9 +162,10 @@ def stage_phases(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parallel
     for i, n in enumerate(lps):
         nd, nm = dcounts[i], n - dcounts[i]
         f, b, r = (nd * per_d[k] + nm * per_m[k] for k in range(3))
-        if i == par.pp - 1:
-            f += last_extra / 3
-            b += last_extra * 2 / 3
+        if i == par.pp - 1:  # the output layer and loss (and any MTP modules): a third forward
+            extra = sum(last_extra.values())
+            f += extra / 3
+            b += extra * 2 / 3
         fw_f, fw_w = stage_fw(costs, n, nd, i == par.pp - 1)
         out.append({"fwd_s": f, "bwd_s": b, "recompute_s": r, "pp_comm_s": pp_comm, "wgrad_s": fw_w, "fw_f_s": fw_f})
     return out, (raw["t_p2p"] if par.pp > 1 else 0.0)

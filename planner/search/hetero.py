@@ -260,7 +260,7 @@ def _lower_bound(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelCon
         costs = layer_costs(model, c, job, _on(par, c, model, job, engine), C, sac=engine.memory.selective)
         a = sum(stage_time_parts(costs, 1, 1 if model.moe is None else 0, False).values()) - costs[3]
         speeds.append((1.0 / a, grp.count // width))
-        p2p, last = min(p2p, costs[3]), min(last, costs[2])
+        p2p, last = min(p2p, costs[3]), min(last, sum(costs[2].values()))
     speeds.sort(reverse=True)
     left, rate = par.pp, 0.0
     for v, slots in speeds:

@@ -44,7 +44,7 @@ from planner.search.milp import SolveStats
 from planner.search.rules import check_fixed, explain_no_candidates
 from planner.cost.step import pipeline_form
 from planner.search.space import SearchOptions, candidate_tuples, to_parallel
-from planner.search.split import optimal_split, split_unit
+from planner.search.split import optimal_split, split_unit, stage_affine
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
 __all__ = ["Plan", "PlanResult", "plan", "SPLIT_MIN_GAIN", "DEFAULT_TIME_LIMIT_S", "TIME_LIMIT_S", "MAX_CANDIDATES", "OBJECTIVES"]
@@ -159,6 +159,10 @@ class PlanResult:
 
 _REC = {"none": 0, "selective": 1, "full": 2}
 
+
+# Times the layer-split program is solved again when its proposal misses the exact memory
+# limit (each with the limit lowered by the miss).
+_SPLIT_REPAIRS = 2
 
 def _tuple_key(t: tuple) -> tuple:
     tp, pp, dp, cp, ep, v, mb, rec, z, sched = t
@@ -316,11 +320,24 @@ def plan(
                 continue
         est = price(model, cluster, job, par, lps, eng, C)
         if may_split and split_may_help(est, par, job, cap, kth, top_k, split_unit(v, eng)):
-            split = optimal_split(model, cluster, job, par, cap, C, eng, time_limit_s=max(0.01, deadline - time.perf_counter()), stats=stats)
-            if split is not None and split != est.layers_per_stage:
+            room, aff = [cap] * par.pp, None
+            for _ in range(_SPLIT_REPAIRS + 1):
+                split = optimal_split(model, cluster, job, par, room, C, eng, aff=aff, time_limit_s=max(0.01, deadline - time.perf_counter()), stats=stats)
+                if split is None or split == est.layers_per_stage:
+                    break
                 est2 = price(model, cluster, job, par, split, eng, C)
-                if est2.fits and (not est.fits or est2.step_time_s < est.step_time_s):
-                    est = est2
+                if est2.fits:
+                    if not est.fits or est2.step_time_s < est.step_time_s:
+                        est = est2
+                    break
+                # The program's memory rows are two-point lines in a stage's layer count; how the
+                # engine spreads a rank's layers over its virtual stages bends them (an extra
+                # layer in the chunk with the most micro-batches in flight costs more). Solve
+                # again with each overflowing stage's limit lowered by its line's error there.
+                aff = aff or stage_affine(model, cluster, job, par, C, eng)
+                for i, (st, (a, b), n) in enumerate(zip(est2.stages, aff.mem, split)):
+                    if st.total_bytes > est2.memory_usable_bytes:
+                        room[i] = min(room[i], cap - max(0.0, st.total_bytes - (a * n + b)))
         par = est.parallel
         if not est.fits:
             if nearest is None or nearest[1] is None or est.memory_peak_bytes < nearest[1].memory_peak_bytes:

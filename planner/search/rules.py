@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from planner.cost.rules import tp_ok, tp_rule
-from planner.engines import cuda_graph_why, default_split, flex_dispatcher_why, get_engine, interleaving_ok
+from planner.engines import cuda_graph_why, default_split, flex_dispatcher_why, get_engine, interleaving_ok, mtp_rule
 from planner.errors import InputError
 from planner.search.space import divisors
 from planner.specs import ParallelConfig
@@ -31,12 +31,13 @@ def check_fixed(model, cluster, job, opts) -> None:
         raise InputError("parallel.moe_a2a_overlap", True, f"false on {eng.name} (it has no expert all-to-all overlap)")
     if fixed.get("moe_a2a_overlap") is True and (model.moe is None or model.moe_layers == 0):
         raise InputError("parallel.moe_a2a_overlap", True, "false for a model without MoE layers")
+    if fixed.get("moe_a2a_overlap") is True and model.mtp_layers > 1:
+        raise InputError("parallel.moe_a2a_overlap", True, "false with more than one multi-token prediction layer (transformer_config.py)")
     if (why := flex_dispatcher_why(eng, model, fixed.get("moe_dispatcher"))) is not None:
         raise InputError("parallel.moe_dispatcher", fixed["moe_dispatcher"], f"alltoall {why}")
     if (why := cuda_graph_why(eng, model, fixed.get("cuda_graph"), fixed.get("recompute"))) is not None:
         raise InputError("parallel.cuda_graph", fixed["cuda_graph"], f"none {why}")
-    if model.mtp_layers and not eng.mtp:
-        raise InputError("model.mtp_layers", model.mtp_layers, f"0 on {eng.name} (the planner prices multi-token prediction on megatron-core only)")
+    mtp_rule(eng, model)
     n = cluster.num_gpus
     tp, pp, dp, cp, ep = (fixed.get(k) for k in ("tp", "pp", "dp", "cp", "ep"))
     vpp, mb, sp, zero = (fixed.get(k) for k in ("vpp", "micro_batch_size", "sequence_parallel", "zero"))

@@ -31,6 +31,7 @@ as evenly as possible. Each memory row is a bound on k_i (:func:`chunk_bounds`).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planner.cost import memory as M
@@ -122,13 +123,13 @@ def split_unit(v: int, engine: Engine) -> int:
     return 1 if engine.uneven_interleaving else v
 
 
-def chunk_bounds(aff: StageAffine, v: int, top: int, capacity: float, least: int | list[int] = 1) -> list[tuple[int, int]] | None:
+def chunk_bounds(aff: StageAffine, v: int, top: int, capacity: float | Sequence[float], least: int | list[int] = 1) -> list[tuple[int, int]] | None:
     """Per stage, the fewest and most units of v layers (at least ``least``, one value or one per
-    stage, at most ``top``) its memory row ``a v k + b <= capacity`` allows; None when some stage
-    allows none."""
+    stage, at most ``top``) its memory row ``a v k + b <= capacity`` (one value or one per stage)
+    allows; None when some stage allows none."""
     bounds = []
     leasts = least if isinstance(least, list) else [least] * len(aff.mem)
-    for (a, b), lo in zip(aff.mem, leasts):
+    for (a, b), lo, capacity in zip(aff.mem, leasts, _per_stage(capacity, len(aff.mem))):
         hi = top
         room = capacity - b  # a * v * k <= room
         if a > 0:
@@ -141,6 +142,10 @@ def chunk_bounds(aff: StageAffine, v: int, top: int, capacity: float, least: int
             return None
         bounds.append((lo, hi))
     return bounds
+
+
+def _per_stage(capacity: float | Sequence[float], pp: int) -> list[float]:
+    return [float(capacity)] * pp if isinstance(capacity, (int, float)) else [float(c) for c in capacity]
 
 
 def _admits(kb: list[tuple[int, int]] | None, chunks: int) -> bool:
@@ -164,7 +169,7 @@ def optimal_split(
     cluster: ClusterSpec,
     job: Job,
     par: ParallelConfig,
-    capacity_bytes: float,
+    capacity_bytes: float | Sequence[float],
     C: Constants,
     engine: Engine,
     aff: StageAffine | None = None,
@@ -173,7 +178,7 @@ def optimal_split(
     stats: SolveStats | None = None,
 ) -> tuple[int, ...] | None:
     """The layer split (at least ``vpp`` layers a stage, in units of :func:`split_unit`) minimising
-    the step time under memory, or None if no split fits. A program stopped by ``time_limit_s`` returns its best integer
+    the step time under memory (``capacity_bytes``: one limit, or one per stage), or None if no split fits. A program stopped by ``time_limit_s`` returns its best integer
     split so far (callers re-check fit and time), or None. ``backend``: "highs", "pulp" or None
     (:meth:`planner.search.milp.Program.solve`); ``stats`` counts the programs solved."""
     pp, v, L = par.pp, par.vpp, model.layers
@@ -203,9 +208,10 @@ def optimal_split(
     # Symmetry breaking: the middle stages have the same time and synchronisation terms, and a
     # later stage holds no more in-flight micro-batches (so no more memory per layer); any
     # optimum can therefore be reordered so that middle stages hold non-decreasing layer counts.
+    caps = _per_stage(capacity_bytes, pp)
     for i in range(1, pp - 2):
         if (aff.time[i] == aff.time[i + 1] and aff.sync[i] == aff.sync[i + 1] and aff.opt[i] == aff.opt[i + 1]
-                and aff.mem[i + 1][0] <= aff.mem[i][0] and aff.mem[i + 1][1] <= aff.mem[i][1]):
+                and aff.mem[i + 1][0] <= aff.mem[i][0] and aff.mem[i + 1][1] <= aff.mem[i][1] and caps[i + 1] >= caps[i]):
             prog.row(-INF, 0.0, [(k[i], 1.0), (k[i + 1], -1.0)])
     # B + a T + b W + c F - sum_i (a t_i + b w_i + c f_i) >= 0, with t_i = slope u k_i + intercept
     bubble = [(B, 1.0), (T, fa)]

@@ -10,8 +10,10 @@ import pytest
 
 import planner
 from planner.check import check_job, read_job
-from planner.check.edits_shell import _cut_words, layout_string
+from planner.check.edits_shell import _cut_words
+from planner.emit.megatron import pipeline_layout
 from planner.check.job import Overrides
+from planner.errors import InputError
 
 SCRIPT = """#!/bin/bash
 GPUS_PER_NODE=8
@@ -67,10 +69,25 @@ def test_megatron_script_edits_read_back(tmp_path):
 def test_shell_cuts():
     assert _cut_words('    EXTRA+=("--fp8-format hybrid")', "--fp8-format", 1)[0] == "    EXTRA+=()"
     assert _cut_words("  --a 1 --recompute-granularity full --b", "--recompute-granularity", 1)[0] == "  --a 1 --b"
-    assert layout_string((3, 2), 2) == "Et|t|tt|tL"
+    assert pipeline_layout((3, 2), 2) == "Et|t|tt|tL"
     from planner.check.megatron import parse_layout
 
-    assert parse_layout(layout_string((3, 2), 2), 5, 2, "x") == (2, (3, 2))  # the reader reads back what the editor writes
+    assert parse_layout(pipeline_layout((3, 2), 2), 5, 2, "x") == (2, (3, 2))  # the reader reads back what the editor writes
+    assert parse_layout(pipeline_layout((3, 2), 2, 1), 5, 2, "x", mtp=1) == (2, (3, 2))
+
+
+def test_layout_multi_token_prediction():
+    """The 'm' modules follow every 't' in the last stage, as many as --mtp-num-layers
+    (pipeline_parallel_layer_layout.py validate_layer_layout)."""
+    from planner.check.megatron import parse_layout
+
+    assert pipeline_layout((4, 4), 1, 2) == "Etttt|ttttmmL"
+    for bad, why in (("Etttt|ttttL", "1 'm'"), ("Etttt|tttmtL", "after its 't'"), ("Ettttm|ttttL", "after its 't'"),
+                     ("Ett|tt|tt|ttmmL", "1 'm'")):
+        with pytest.raises(InputError, match=why):
+            parse_layout(bad, 8, 2, "--pipeline-model-parallel-layout", mtp=1)
+    with pytest.raises(InputError, match="0 'm'"):
+        parse_layout("Etttt|ttttmL", 8, 2, "--pipeline-model-parallel-layout")
 
 
 def test_toml_edits_read_back(tmp_path):

@@ -103,3 +103,21 @@ def test_program_is_exact_on_random_stage_lines(schedule, v):
         changed += min(objs, key=lambda sp: split_objective(plain, sp, m, v, schedule, C)) != min(objs, key=objs.get)
     if schedule not in ("1f1b", "interleaved"):
         assert changed >= 1  # the W / F terms decide some optima
+
+
+def test_a_missed_split_is_solved_again_under_its_own_error():
+    """The program's memory rows are two-point lines; an extra layer in the interleaved chunk
+    with the most micro-batches in flight costs more than the line says. When its proposal
+    misses the exact limit, the search solves again with that stage's limit lowered by the
+    line's error there and keeps a split that fits (DeepSeek-V3 with MTP on 256 GB200, the
+    Megatron-Bridge 26.06 row: the default 15/15/15/16 leaves the last stage the slowest)."""
+    from planner.calibration.datasets import dataset_path
+    from planner.calibration.validate import fill_and_predict
+    from planner.engines import default_split, get_engine
+    from planner.io.loaders import load_runs
+
+    run = next(r for r in load_runs(dataset_path("modern")) if r.id == "mb2606-deepseek_v3-mxfp8-256gb200")
+    est = fill_and_predict(run, median=False).estimate
+    par = est.parallel
+    assert est.fits
+    assert est.layers_per_stage != tuple(default_split(run.model, par.pp, par.vpp, get_engine("megatron-core")))
