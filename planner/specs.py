@@ -25,6 +25,7 @@ __all__ = [
     "ParallelConfig",
     "MLP_KINDS",
     "PRECISIONS",
+    "FP8_RECIPES",
     "RECOMPUTE_KINDS",
     "SCHEDULES",
     "ATTENTION_KINDS",
@@ -37,6 +38,12 @@ __all__ = [
 MLP_KINDS = ("gelu", "swiglu", "relu2")
 PRECISIONS = ("fp16", "bf16", "fp8")
 GRAD_REDUCE = ("auto", "fp32", "bf16")
+# FP8 scaling recipes, as the engines name them: Transformer Engine's through Megatron-core
+# --fp8-recipe (delayed, tensorwise = per-tensor current scaling, mxfp8 = 1x32 blocks with E8M0
+# scales on Blackwell, blockwise = 1x128 / 128x128 blocks) and torchao's through torchtitan's
+# quantize.linear.float8.recipe_name (tensorwise, rowwise, rowwise_with_gw_hp); "auto" = the
+# engine's default.
+FP8_RECIPES = ("auto", "delayed", "tensorwise", "mxfp8", "blockwise", "rowwise", "rowwise_with_gw_hp")
 RECOMPUTE_KINDS = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "zb-v", "dualpipe")
 ATTENTION_KINDS = ("flash", "unfused")
@@ -353,12 +360,22 @@ class Job:
     # fp16 runs; fp32 main gradients for bf16/fp8, Megatron-LM's default), "fp32", or "bf16"
     # (Megatron --grad-reduce-in-bf16; NeMo's FP8 performance recipes).
     grad_reduce: str = "auto"
+    # FP8 scaling recipe (FP8_RECIPES; "auto": the engine's default; only with precision fp8).
+    fp8_recipe: str = "auto"
+    # Whether FSDP all-gathers the linear weights in FP8 (torchao tensor-wise
+    # enable_fsdp_float8_all_gather); None: what the engine's launch does for the recipe.
+    fp8_param_gather: bool | None = None
 
     def __post_init__(self) -> None:
         _positive_int("job.seq_len", self.seq_len)
         _positive_int("job.global_batch_size", self.global_batch_size)
         _choice("job.precision", self.precision, PRECISIONS)
         _choice("job.grad_reduce", self.grad_reduce, GRAD_REDUCE)
+        _choice("job.fp8_recipe", self.fp8_recipe, FP8_RECIPES)
+        if self.fp8_recipe != "auto" and self.precision != "fp8":
+            raise InputError("job.fp8_recipe", self.fp8_recipe, f"auto for a {self.precision} run (a scaling recipe needs precision fp8)")
+        if self.fp8_param_gather is not None and (not isinstance(self.fp8_param_gather, bool) or self.precision != "fp8"):
+            raise InputError("job.fp8_param_gather", self.fp8_param_gather, "true or false, with precision fp8 (else leave it unset)")
         if self.grad_reduce == "bf16" and self.precision == "fp16":
             raise InputError("job.grad_reduce", self.grad_reduce, "auto or fp32 for an fp16 run (bf16 gradients need bf16 or fp8 training)")
         if self.seq_len > 16_777_216:
@@ -373,8 +390,8 @@ class Job:
 
 def job_options(block: dict) -> dict:
     """The optional Job fields a job block of a runs file or plan document gives (precision,
-    grad_reduce); Job's own defaults fill the rest."""
-    return {k: block[k] for k in ("precision", "grad_reduce") if k in block}
+    grad_reduce, fp8_recipe, fp8_param_gather); Job's own defaults fill the rest."""
+    return {k: block[k] for k in ("precision", "grad_reduce", "fp8_recipe", "fp8_param_gather") if k in block}
 
 
 @dataclass(frozen=True)

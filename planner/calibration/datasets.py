@@ -87,6 +87,20 @@ def run_model_fields(run_id: str) -> dict:
     return {}
 
 
+def run_job_fields(run_id: str) -> dict:
+    """Job fields the runs file cannot hold but its source states (the FP8 recipe and whether
+    FSDP gathers FP8 weights): from ``run_engines.yaml``'s ``job_rules`` whose ``id_regex``
+    matches the run, the first rule per field."""
+    import re  # noqa: PLC0415
+
+    out: dict = {}
+    for rule in _rules().get("job_rules", []):
+        if re.search(rule["id_regex"], run_id):
+            for k, v in rule["job"].items():
+                out.setdefault(k, v)
+    return out
+
+
 @lru_cache(maxsize=1)
 def _recipes() -> dict:
     return yaml.safe_load((resources.files("planner.calibration") / "run_recipes.yaml").read_text())

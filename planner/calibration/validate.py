@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from planner.calibration.datasets import run_engine, run_model_fields, run_recipe
+from planner.calibration.datasets import run_engine, run_job_fields, run_model_fields, run_recipe
 from planner.cost.constants import DEFAULT_CONSTANTS
 from planner.cost.estimate import Estimate, estimate
 from planner.errors import InputError, NoFeasiblePlan
@@ -176,15 +176,16 @@ def with_sidecars(run: Run) -> tuple[Run, dict]:
     null (``run_recipes.yaml``); and those recipe fields. ``validate`` and ``--scenario`` read a
     run the same way."""
     over = run_model_fields(run.id)
+    job_over = run_job_fields(run.id) if run.job.precision == "fp8" else {}
     recipe, _ = run_recipe(run.id)
     recipe = {k: v for k, v in recipe.items() if run.parallel.get(k) is None}  # only what the row leaves out
     if over.get("moe") is not None and run.model.moe is not None:
         over = {**over, "moe": dataclasses.replace(run.model.moe, **over["moe"])}
     elif "moe" in over:
         over = {k: v for k, v in over.items() if k != "moe"}
-    if over or recipe:
-        run = Run(run.id, dataclasses.replace(run.model, **over), run.job, run.cluster, {**run.parallel, **recipe},
-                  run.measured, run.raw)
+    if over or recipe or job_over:
+        run = Run(run.id, dataclasses.replace(run.model, **over), dataclasses.replace(run.job, **job_over), run.cluster,
+                  {**run.parallel, **recipe}, run.measured, run.raw)
     return run, recipe
 
 

@@ -209,7 +209,8 @@ def finish(d: Draft, o: Overrides | None = None) -> CheckedJob:
         d.set("job.global_batch_size", gbs, "default", f"micro-batch x dp = {mb} x {dp}")
     if gbs % (mb * dp):
         raise InputError(f"{where}: global batch", gbs, f"a multiple of micro-batch x dp = {mb} x {dp} = {mb * dp}")
-    job = Job(seq_len=seq, global_batch_size=gbs, precision=d.get("job.precision", "bf16"), grad_reduce=d.get("job.grad_reduce", "auto"))
+    job = Job(seq_len=seq, global_batch_size=gbs, precision=d.get("job.precision", "bf16"), grad_reduce=d.get("job.grad_reduce", "auto"),
+              fp8_recipe=d.get("job.fp8_recipe", "auto"), fp8_param_gather=d.get("job.fp8_param_gather"))
     lps = par.get("layers_per_stage")
     if lps is None:
         from planner.engines import default_split, get_engine  # noqa: PLC0415

@@ -350,6 +350,11 @@ def _job(d: Draft, p: Parsed) -> None:
         raise InputError(f"{p.where}: --bf16 / --fp16", "neither", "a 16-bit or FP8 run (without them Megatron trains in fp32, "
                          "which the planner does not price)")
     d.set("job.precision", prec, "file", _src(p, flag))
+    if prec == "fp8":
+        if p.has("--fp8-recipe"):
+            d.set("job.fp8_recipe", p.one("--fp8-recipe"), "file", _src(p, "--fp8-recipe"))
+        else:
+            d.set("job.fp8_recipe", "delayed", "default", "Megatron default --fp8-recipe delayed (transformer_config.py fp8_recipe)")
     if p.has("--grad-reduce-in-bf16"):
         d.set("job.grad_reduce", "bf16", "file", _src(p, "--grad-reduce-in-bf16"))
     elif prec == "fp16" and p.has("--accumulate-allreduce-grads-in-fp32"):

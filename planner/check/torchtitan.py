@@ -225,6 +225,14 @@ def titan_draft(s: TitanSettings, path: Path, fmt: str, world: int | None = None
           s.where("model.converters") if fp8 else s.where(T + "mixed_precision_param"))
     if any("mx" in c for c in fp8):
         d.unmodelled.append("model.converters MX: MXFP8 priced as FP8")
+    elif fp8:
+        # torchao's recipe: 0.2.2 recipe_name None is Float8LinearConfig() = tensor-wise (job_config.py
+        # Float8Linear); 0.3.0 defaults to rowwise (components/quantization/float8.py)
+        key, gkey = "quantize.linear.float8.recipe_name", "quantize.linear.float8.enable_fsdp_float8_all_gather"
+        recipe = s.get(key) or ("tensorwise" if s.version == "0.2.2" else "rowwise")
+        d.set("job.fp8_recipe", recipe, s.kind(key), s.where(key))
+        if recipe == "tensorwise":
+            d.set("job.fp8_param_gather", bool(s.get(gkey)), s.kind(gkey), s.where(gkey))
     d.set("job.grad_reduce", "auto", s.kind(T + "mixed_precision_reduce"), s.where(T + "mixed_precision_reduce") + " (fp32 gradients)")
     if s.get(T + "dtype") == "bfloat16":
         d.unmodelled.append("training.dtype = bfloat16: bf16 weights and optimizer states (the planner prices fp32 master weights)")

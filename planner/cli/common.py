@@ -175,9 +175,18 @@ def setup_from_scenario(path: str, run_id: str | None) -> Setup:
                  engine=run_engine(run.id)[0])
 
 
+def precision_text(job: Job, engine: str | None) -> str:
+    """The job's precision as the tables head it: "fp8 (rowwise)" with the recipe the engine runs."""
+    if job.precision != "fp8" or not engine or engine == AUTO:
+        return job.precision
+    from planner.engines import fp8_recipe  # noqa: PLC0415
+
+    return f"fp8 ({fp8_recipe(get_engine(engine), job)})"
+
+
 def setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len,
                    global_batch_size, precision, attention, scenario, run_id, engine=None, grad_reduce=None, profile=None,
-                   allow_auto: bool = False, **parallel) -> Setup:
+                   allow_auto: bool = False, fp8_recipe=None, **parallel) -> Setup:
     """The setup of every pricing command: from a scenario (its non-null parallel fields fixed,
     then the flags') or from flags; ``parallel`` holds the parallel flags (None = free or the
     engine's default); ``engine`` names the engine (default :data:`planner.engines.DEFAULT_ENGINE`,
@@ -198,6 +207,10 @@ def setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_
         import dataclasses  # noqa: PLC0415
 
         setup.job = dataclasses.replace(setup.job, grad_reduce=grad_reduce)  # validated by Job
+    if fp8_recipe is not None:
+        import dataclasses  # noqa: PLC0415
+
+        setup.job = dataclasses.replace(setup.job, fp8_recipe=fp8_recipe)  # validated by Job (the engine's list when priced)
     return setup.with_profile(profile)
 
 
@@ -229,7 +242,8 @@ def plan_document(setup: Setup, plans: list, search: dict | None) -> dict:
         "schema": "planner-plan/1",
         "planner_version": __version__,
         "model": model,
-        "job": {"seq_len": j.seq_len, "global_batch_size": j.global_batch_size, "precision": j.precision, "grad_reduce": j.grad_reduce},
+        "job": {"seq_len": j.seq_len, "global_batch_size": j.global_batch_size, "precision": j.precision, "grad_reduce": j.grad_reduce,
+                "fp8_recipe": j.fp8_recipe, "fp8_param_gather": j.fp8_param_gather},
         "hardware": hardware,
         "engine": setup.engine,
         "constants": _changed_constants(setup.constants),

@@ -25,6 +25,7 @@ from functools import lru_cache
 
 from planner.cost.constants import Constants
 from planner.cost.flops import attn_core_head_dims, attn_proj_dims, mlp_matrices
+from planner.cost.fp8 import fp8_quant_time, torchao_gemm_factors
 from planner.engines.policy import supports_flash
 from planner.specs import GpuSpec, ModelSpec
 
@@ -142,16 +143,6 @@ def moe_load_factor(model: ModelSpec, ep: int, C: Constants) -> float:
     return C.MOE_DROPLESS_IMBALANCE if ep > 1 else 1.0
 
 
-def fp8_quant_time(gemms: list, gpu: GpuSpec, C: Constants, batch: float = 1.0) -> tuple[float, float]:
-    """(fwd, bwd) seconds of the FP8 cast-transpose kernels of GEMMs (m tokens, n out, k in):
-    the input (m x k) in forward, the output gradient (m x n) in backward, each read in bf16
-    and written as FP8 plus its transpose (constants.FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT)."""
-    b = C.FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT
-    fwd = sum(_stream_time(b * m * k * batch, gpu, 1, C) for m, n, k in gemms)
-    bwd = sum(_stream_time(b * m * n * batch, gpu, 1, C) for m, n, k in gemms)
-    return fwd, bwd
-
-
 def _attention_gemms(model: ModelSpec, tokens: float, tp: int) -> list:
     """(m, n, k) of the attention projections on one tensor-parallel rank.
 
@@ -193,6 +184,7 @@ def layer_times(
     *,
     C: Constants,
     etp: int | None = None,
+    fp8: str = "te",
 ) -> LayerTimes:
     """Compute time of one dense (or MoE) layer for one micro-batch on one GPU.
 
@@ -204,11 +196,16 @@ def layer_times(
     its default). With etp < tp the expert-parallel group spans the tensor-parallel ranks: each
     rank routes its own 1/tp of the sequence-parallel tokens and runs unsharded (or etp-sharded)
     experts (Megatron-core ``MoELayer`` with ``expert_tensor_parallel_size=1``).
+    ``fp8``: how the FP8 casts and GEMMs run (:mod:`planner.cost.fp8`; engines.fp8_casts):
+    Transformer Engine's, or a torchao recipe's, under which the routed experts stay 16-bit
+    (torchtitan's Float8 converter swaps nn.Linear modules; grouped experts are not).
     """
     h = model.hidden
     s_local = seq_len / cp
     tokens = micro_batch * s_local
     prec16 = "bf16" if precision == "fp8" else precision
+    torchao = precision == "fp8" and fp8.startswith("torchao")
+    exp_prec = prec16 if torchao else precision  # the routed experts' GEMMs
     gemms = _attention_gemms(model, tokens, tp)
     extra16 = []  # GEMMs that stay in 16-bit
     q_fwd = q_bwd = 0.0
@@ -222,10 +219,10 @@ def layer_times(
         fe = tokens * moe.top_k * ep / moe.experts * moe_load_factor(model, ep, C) * et / tp
         f_e = moe.expert_ffn_hidden
         up_n = f_e * (mlp_matrices(model) - 1) / et
-        up = gemm_time(fe, up_n, h, gpu, precision, C, local_experts)
-        up_b = gemm_time(fe, h, up_n, gpu, precision, C, local_experts) + gemm_time(h, up_n, fe, gpu, precision, C, local_experts)
-        down = gemm_time(fe, h, f_e / et, gpu, precision, C, local_experts)
-        down_b = gemm_time(fe, f_e / et, h, gpu, precision, C, local_experts) + gemm_time(f_e / et, h, fe, gpu, precision, C, local_experts)
+        up = gemm_time(fe, up_n, h, gpu, exp_prec, C, local_experts)
+        up_b = gemm_time(fe, h, up_n, gpu, exp_prec, C, local_experts) + gemm_time(h, up_n, fe, gpu, exp_prec, C, local_experts)
+        down = gemm_time(fe, h, f_e / et, gpu, exp_prec, C, local_experts)
+        down_b = gemm_time(fe, f_e / et, h, gpu, exp_prec, C, local_experts) + gemm_time(f_e / et, h, fe, gpu, exp_prec, C, local_experts)
         # TE GroupedLinear (Megatron-core TEGroupedMLP) issues one cuBLAS GEMM per local expert,
         # each paying the launch floor (gemm_time charged one per batched call).
         launches = (local_experts - 1) * C.GEMM_KERNEL_OVERHEAD_S
@@ -235,7 +232,7 @@ def layer_times(
         perm = 2 * ACT_BYTES * (routed * h + routed * moe.top_k * moe_load_factor(model, ep, C) * h)
         moe_f = up + down + 2 * launches + _stream_time(perm, gpu, 4, C)
         moe_b = up_b + down_b + 4 * launches + _stream_time(2 * perm, gpu, 4, C)
-        if precision == "fp8":
+        if precision == "fp8" and not torchao:
             q_fwd, q_bwd = fp8_quant_time([(fe, up_n, h), (fe, h, f_e / et)], gpu, C, local_experts)
         if moe.shared_experts:
             gemms += [(tokens, f_e * moe.shared_experts * (mlp_matrices(model) - 1) / tp, h), (tokens, h, f_e * moe.shared_experts / tp)]
@@ -249,12 +246,17 @@ def layer_times(
         ffn_local = f / tp
     fwd_gemm = moe_f
     bwd_gemm = moe_b
+    f_scale, gw16 = torchao_gemm_factors(fp8, C) if torchao else (1.0, False)
     for (m, n, k), prec in [(g, precision) for g in gemms] + [(g, prec16) for g in extra16]:
         f_, b_ = _gemm_fwd_bwd(m, n, k, gpu, prec, C)
+        if prec == "fp8":
+            f_ *= f_scale
+            if gw16:  # the weight-gradient GEMM in 16-bit
+                b_ += gemm_time(k, n, m, gpu, prec16, C) - gemm_time(k, n, m, gpu, prec, C)
         fwd_gemm += f_
         bwd_gemm += b_
     if precision == "fp8":
-        qf, qb = fp8_quant_time(gemms, gpu, C)
+        qf, qb = fp8_quant_time(gemms, gpu, C, scheme=fp8 or "te", hidden=h, tp=tp)
         q_fwd, q_bwd = q_fwd + qf, q_bwd + qb
 
     heads_local = model.heads / tp

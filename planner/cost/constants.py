@@ -213,6 +213,17 @@ class Constants:
     # (TE ``cast_transpose``; NVIDIA TE user guide "Using FP8 with Transformer Engine"). 4 B of HBM
     # traffic per element, for the input in forward and for the output gradient in backward.
     FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT = 4.0
+    # torchao's dynamic casts (torchtitan Float8; planner.cost.fp8): an amax reduction that reads
+    # the 16-bit tensor (2 B), then the scaled cast that reads it again and writes FP8 (2 + 1 B):
+    # torchao/float8/float8_scaling_utils.py hp_tensor_to_float8_dynamic (tensor_to_amax, then
+    # hp_tensor_and_scale_to_float8). Inductor could fuse a row's reduction with its cast (3 B);
+    # taken unfused for every recipe.
+    TORCHAO_CAST_BYTES_PER_ELEMENT: float = 5.0
+    # torch._scaled_mm with row-wise scales (a CUTLASS kernel in PyTorch, fast accumulation)
+    # against the tensor-wise cuBLAS kernel on H100: "most shapes are within 90-100% of
+    # tensor-wise efficiency, but there's a long tail going down to 50%" (pytorch/pytorch#147971,
+    # Feb 2025): the lower end of the bulk.
+    TORCHAO_ROWWISE_GEMM_EFFICIENCY: float = 0.9
     # TE keeps the bf16 (16-bit) weights as the parameters and caches an FP8 copy and its
     # transpose for the step (``is_first_microbatch`` caching in Megatron-core's TE layers):
     # +2 B per locally held parameter; with ZeRO-3/FSDP the copies exist only for gathered layers.

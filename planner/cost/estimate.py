@@ -23,7 +23,7 @@ from planner.cost.result import Estimate
 from planner.cost.rules import check_parallel
 from planner.cost.stages import dense_counts, embedding_sync_time, layer_costs, stage_fw, stage_memory, stage_sync, stage_time_parts
 from planner.cost.step import assemble
-from planner.engines import Engine, default_split, get_engine, resolve
+from planner.engines import Engine, default_split, fp8_casts, get_engine, resolve, resolve_job
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
 __all__ = ["Estimate", "estimate", "price"]
@@ -56,6 +56,7 @@ def estimate(
     """
     eng = get_engine(engine)
     C = constants or DEFAULT_CONSTANTS
+    job = resolve_job(job, eng)  # the FP8 recipe the engine runs (checked)
     par, filled = resolve(par, model, cluster, job, eng)
     if par.layers_per_stage is None:
         lps = default_split(model, par.pp, par.vpp, eng)
@@ -79,7 +80,7 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig,
     links = group_links(cluster, par)
     notes: list[str] = []
 
-    costs = layer_costs(model, cluster, job, par, C, sac=eng.memory.selective)
+    costs = layer_costs(model, cluster, job, par, C, sac=eng.memory.selective, fp8=fp8_casts(eng, job, par.zero))
     raw = costs[4]
     t_tp, t_cp_f, t_a2a, t_p2p = raw["t_tp"], raw["t_cp"], raw["t_a2a"], raw["t_p2p"]
     dcounts = dense_counts(model, lps)

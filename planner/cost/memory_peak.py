@@ -26,6 +26,7 @@ from planner.cost import memory as M
 from planner.cost.constants import Constants
 from planner.cost.flops import attn_proj_dims
 from planner.cost.memory_schedule import moment_table, steady_microbatches
+from planner.engines.policy import fp8_gathers
 from planner.engines.profile import Engine
 from planner.errors import InputError
 from planner.specs import Job, ModelSpec, ParallelConfig
@@ -101,7 +102,7 @@ def _stage_peak(model: ModelSpec, job: Job, key: tuple, stage: int, n: int, para
 
     # --- parameters all-gathered (FSDP2, ZeRO-3) -----------------------------------------------------
     layer_p = (params["layers"] + exp_p) / max(1, n)
-    lin_b = 1.0 if (prec == "fp8" and mem.fsdp_fp8_allgather) else 2.0
+    lin_b = 1.0 if fp8_gathers(engine, job) else 2.0  # FSDP gathers FP8 linear weights (torchao tensor-wise)
     gathered, gathered_b, gathered_what = 0.0, 0.0, ""
     ag_pool = rs_pool = 0.0
     if mem.states == "fsdp2" and zero >= 2:

@@ -19,6 +19,7 @@ from planner.cost.constants import Constants
 from planner.cost.flops import kv_exchange_width
 from planner.cost.memory_peak import stage_peak
 from planner.cost.recompute import op_sac_recomputed_gemm_share
+from planner.engines.policy import fp8_gathers
 from planner.engines.profile import Engine
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
@@ -57,11 +58,13 @@ def a2a_merged_fraction(par: ParallelConfig, m: int) -> float:
 
 
 def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, C: Constants, merged: float | None = None,
-                sac: str = "korthikanti") -> tuple:
+                sac: str = "korthikanti", fp8: str = "te") -> tuple:
     """Per layer and micro-batch on one GPU: (dense costs, MoE costs, last-stage extra,
     per-stage pipeline send/recv, raw times), each cost a dict of seconds by kind.
     ``merged``: the share of passes whose expert all-to-all overlaps another micro-batch's
     compute (default: :func:`a2a_merged_fraction` when ``par.moe_a2a_overlap``, else 0).
+    ``sac``: the engine's selective-recompute policy; ``fp8``: its FP8 cast scheme
+    (:func:`planner.engines.fp8_casts`).
 
     Cached on the fields that matter (not ZeRO or the layer split), so the search reuses it."""
     if merged is None:
@@ -69,23 +72,29 @@ def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelC
     key = (par.tp, par.pp, par.dp, par.cp, par.ep, par.vpp, par.micro_batch_size, par.recompute,
            bool(par.sequence_parallel and par.tp > 1), bool(par.tp_comm_overlap), bool(par.async_tp_allreduce), par.attention == "flash",
            par.etp or par.tp, merged, par.moe_dispatcher or "alltoall", par.cuda_graph or "none",
-           sac if par.recompute == "selective" else "korthikanti")
+           sac if par.recompute == "selective" else "korthikanti", fp8 if job.precision == "fp8" else "")
     return _layer_costs(model, cluster, job, key, C)
 
 
 @lru_cache(maxsize=65536)
 def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C: Constants) -> tuple:
-    tp, pp, dp, cp, ep, v, mb, rec, sp, tpo, asy, flash, etp, merged, disp, graph, sac = key
+    tp, pp, dp, cp, ep, v, mb, rec, sp, tpo, asy, flash, etp, merged, disp, graph, sac, fp8 = key
     gpu = cluster.gpu
     prec = job.precision
     s = job.seq_len
     links = group_links(cluster, ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp))
     has_moe = model.moe is not None and model.moe_layers > 0
-    lt_d = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, False, ep, C=C)
-    lt_m = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, True, ep, C=C, etp=etp) if has_moe else lt_d
+    lt_d = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, False, ep, C=C, fp8=fp8 or "te")
+    lt_m = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, True, ep, C=C, etp=etp, fp8=fp8 or "te") if has_moe else lt_d
     act_bytes = mb * s / cp * model.hidden * 2  # one b*s*h activation in 16-bit
     t_tp = tp_allreduce_time(links["tp"], act_bytes, sp)
     tp_fwd = 2 * t_tp
+    ag_bytes = act_bytes  # what a forward sequence-parallel all-gather moves
+    if sp and fp8.startswith("torchao-tensorwise"):
+        # torchtitan's Float8 TP plan (torchao Float8ColwiseParallel / PrepareFloat8ModuleInput):
+        # a layer's two forward all-gathers move the FP8 cast of the sequence shard (1 B)
+        ag_bytes = act_bytes / 2
+        tp_fwd = 2 * (links["tp"].time("reducescatter", act_bytes) + links["tp"].time("allgather", ag_bytes))
     # The backward all-reduce of the input gradient overlaps the weight-gradient GEMM only with
     # Megatron's asynchronous TP all-reduce (Korthikanti 2022 sec. 5); legacy engines block.
     tp_bwd = 2 * t_tp * (1 - C.TP_BWD_OVERLAP_FRACTION) if asy else 2 * t_tp
@@ -133,7 +142,7 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
             # aten.max is kept), every elementwise kernel and the sequence-parallel all-gathers.
             share = op_sac_recomputed_gemm_share(model, moe, ep, C)
             recomp = share * lt.fwd_gemm_s + lt.fwd_quant_s + lt.fwd_elementwise_s
-            tp_re = (2 * links["tp"].time("allgather", act_bytes) if sp else tp_fwd) if tp > 1 else 0.0
+            tp_re = (2 * links["tp"].time("allgather", ag_bytes) if sp else tp_fwd) if tp > 1 else 0.0
         else:
             recomp = lt.fwd_s if full else (lt.fwd_attn_s if rec == "selective" else 0.0)
             tp_re = tp_fwd if full else 0.0
@@ -338,7 +347,10 @@ def stage_sync(cluster: ClusterSpec, job: Job, par: ParallelConfig, params: dict
         gathers = (3 if par.recompute == "full" else 2) if mode.reshard_after_forward else 1
         z3 = _per_rank_links(links["dp_cp"], cluster)
         layer_p = (dense_p + exp_p) / max(1, n)
-        t_g = z3.time("allgather", layer_p * 2)
+        # torchao tensor-wise Float8 with enable_fsdp_float8_all_gather: FSDP2 gathers the linear
+        # weights in FP8 (torchao/float8/fsdp_utils.py WeightWithDynamicFloat8CastTensor
+        # fsdp_pre_all_gather casts the shard), 1 B each (norms are few)
+        t_g = z3.time("allgather", layer_p * (1 if fp8_gathers(engine, job) else 2))
         t_rs = z3.time("reducescatter", layer_p * grad_b)
         comm = n * (gathers * t_g + t_rs)
         parts: tuple = ((m * comm, m * stage_time_s), (t_g, 0.0))
@@ -357,7 +369,7 @@ def stage_sync(cluster: ClusterSpec, job: Job, par: ParallelConfig, params: dict
             parts = (reduction, (gat, 0.0))
     held = (dense_p + exp_p) / (shard if par.zero >= 1 else 1)
     opt = held * C.OPTIMIZER_BYTES_PER_PARAM / (gpu.hbm_bandwidth_bytes_per_s * C.HBM_STREAM_EFFICIENCY)
-    if job.precision == "fp8":  # FP8 cast-transpose of the updated weights, once per step (TE weight cache)
+    if job.precision == "fp8" and engine.fp8_casts == "te":  # FP8 cast-transpose of the updated weights, once per step (TE weight cache)
         local = (dense_p + exp_p) / (shard if par.zero >= 3 else 1)
         opt += local * C.FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT / (gpu.hbm_bandwidth_bytes_per_s * C.HBM_STREAM_EFFICIENCY)
     exposed = sum(overlap_exposed(s_, w_, C) for s_, w_ in parts)

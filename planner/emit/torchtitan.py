@@ -23,6 +23,7 @@ import tomllib
 
 import tomli_w
 
+from planner.engines import fp8_gathers, fp8_recipe, get_engine
 from planner.emit.common import LaunchSpec, PlanView, chunk_sizes, comment, for_engine, provenance_lines, render_torchrun
 from planner.emit.titan_flavors import VERSIONS, Flavor, match_flavor
 from planner.errors import InputError
@@ -80,6 +81,10 @@ def titan_settings(v: PlanView, version: str) -> dict:
         raise InputError("parallel.etp", etp, f"1 or tp ({p.tp}) on torchtitan (parallel_dims.py)")
     if version == "0.3.0" and p.ep > 1 and etp != 1:
         raise InputError("parallel.etp", etp, "1 on torchtitan 0.3.0 (expert_tensor_parallel_degree is gone: EP borrows the TP ranks)")
+    eng = get_engine(TITAN_ENGINE)
+    recipe = fp8_recipe(eng, j)  # InputError for a recipe torchao does not run (e.g. Transformer Engine's delayed)
+    if version == "0.3.0" and recipe == "tensorwise":
+        raise InputError("job.fp8_recipe", recipe, "rowwise or rowwise_with_gw_hp on torchtitan 0.3.0 (its Float8 converter has no tensorwise recipe)")
     pure_ddp = p.zero == 0 and p.tp * p.pp * p.cp * p.ep == 1
     shard = 1 if (pure_ddp or p.zero == 0) else (p.zero_shard_degree or p.dp)
     s = {
@@ -89,7 +94,7 @@ def titan_settings(v: PlanView, version: str) -> dict:
         "sequence_parallel": bool(p.sequence_parallel) or p.tp == 1,
         "local_batch_size": p.micro_batch_size * (v.num_microbatches if p.pp > 1 else 1),
         "global_batch_size": j.global_batch_size, "seq_len": j.seq_len,
-        "ac": p.recompute, "fp8": j.precision == "fp8",
+        "ac": p.recompute, "fp8": j.precision == "fp8", "fp8_recipe": recipe, "fp8_gather": fp8_gathers(eng, j),
         "hf_assets_path": f"./assets/hf/{fl.hf_repo.split('/')[-1]}",
     }
     if p.pp > 1:
@@ -161,7 +166,10 @@ def torchtitan_config(v: PlanView) -> dict:
         "activation_checkpoint": ac,
     }
     if s["fp8"]:
-        doc["quantize"] = {"linear": {"float8": {"recipe_name": "rowwise"}}}
+        f8 = {"recipe_name": s["fp8_recipe"]}
+        if s["fp8_gather"]:  # tensor-wise: FSDP gathers FP8 weights, one amax all-reduce a step (job_config.py Float8Linear)
+            f8.update(enable_fsdp_float8_all_gather=True, precompute_float8_dynamic_scale_for_fsdp=True)
+        doc["quantize"] = {"linear": {"float8": f8}}
     return doc
 
 

@@ -103,6 +103,54 @@ def engine_flags(engine: Engine, gpu: GpuSpec, tp: int, zero: int, given: dict |
     return out
 
 
+def fp8_recipe(engine: Engine, job: Job) -> str:
+    """The FP8 scaling recipe ``engine`` runs for ``job`` ("" for a 16-bit job): the job's, or the
+    engine's default for "auto"; InputError when the engine does not run it."""
+    if job.precision != "fp8":
+        return ""
+    r = engine.fp8_default if job.fp8_recipe == "auto" else job.fp8_recipe
+    if r not in engine.fp8_recipes:
+        raise InputError("job.fp8_recipe", job.fp8_recipe, f"one of {', '.join(engine.fp8_recipes)} on {engine.name}")
+    return r
+
+
+def resolve_job(job: Job, engine: Engine) -> Job:
+    """``job`` with its FP8 recipe made concrete for ``engine`` (checked; a 16-bit job unchanged)."""
+    r = fp8_recipe(engine, job)
+    if job.fp8_param_gather and not _gathers_fp8(engine, r):
+        raise InputError("job.fp8_param_gather", True, f"false or unset with {r or job.precision} on {engine.name} (FP8 weight all-gathers: "
+                         "torchtitan's tensor-wise recipe only)")
+    return replace(job, fp8_recipe=r) if r and r != job.fp8_recipe else job
+
+
+def _gathers_fp8(engine: Engine, recipe: str) -> bool:
+    # torchao asserts enable_fsdp_float8_all_gather is tensor-wise only (float8/config.py)
+    return bool(engine.memory.fsdp_fp8_allgather) and recipe == "tensorwise"
+
+
+def fp8_scheme(engine: Engine, job: Job) -> str:
+    """How the FP8 casts of ``job`` run on ``engine`` (planner.cost.compute.fp8_quant_time): "" in
+    16-bit, "te" (Transformer Engine, any recipe), or "torchao-<recipe>"."""
+    r = fp8_recipe(engine, job)
+    if not r:
+        return ""
+    return "te" if engine.fp8_casts == "te" else f"torchao-{r}"
+
+
+def fp8_casts(engine: Engine, job: Job, zero: int) -> str:
+    """The cast scheme the cost model prices (planner.cost.fp8): :func:`fp8_scheme`, with
+    "+fsdp8" where the weights arrive from an FSDP all-gather in FP8 (``zero`` >= 2)."""
+    scheme = fp8_scheme(engine, job)
+    return scheme + "+fsdp8" if scheme and zero >= 2 and fp8_gathers(engine, job) else scheme
+
+
+def fp8_gathers(engine: Engine, job: Job) -> bool:
+    """Whether the engine's FSDP all-gathers FP8 weights for ``job``: torchao tensor-wise with
+    enable_fsdp_float8_all_gather, which the planner's launch writes for that recipe unless the
+    job sets ``fp8_param_gather`` false."""
+    return job.fp8_param_gather is not False and _gathers_fp8(engine, fp8_recipe(engine, job))
+
+
 def mtp_rule(engine: Engine, model: ModelSpec) -> None:
     """Multi-token prediction as the planner prices it: Megatron-core's MTP block, which its
     arguments refuse beside learned absolute position embeddings (megatron/training/arguments.py,

@@ -171,6 +171,13 @@ class Engine:
     moe_flex_dispatcher: bool = False  # DeepEP / HybridEP token dispatch (one copy per destination rank and node)
     cuda_graphs: bool = False  # CUDA-graph capture of layers or of the whole step (--cuda-graph-impl)
     mtp: bool = False  # multi-token prediction modules on the last pipeline stage (--mtp-num-layers)
+    # FP8: the recipes the engine runs (specs.FP8_RECIPES), the one "auto" means, and whose casts
+    # it runs: "te" (Transformer Engine's fused cast-transpose kernels, FP8 weight copies cached for
+    # the step) or "torchao" (torchao Float8Linear: a dynamic cast of each GEMM operand, the bf16
+    # input saved and cast again in backward).
+    fp8_recipes: tuple[str, ...] = ("delayed",)
+    fp8_default: str = "delayed"
+    fp8_casts: str = "te"
 
     @property
     def zero_stages(self) -> tuple[int, ...]:
@@ -240,7 +247,25 @@ def _from_dict(d: dict, where: str) -> Engine:
         moe_flex_dispatcher=bool(feats.get("moe_flex_dispatcher", False)),
         cuda_graphs=bool(feats.get("cuda_graphs", False)),
         mtp=bool(feats.get("mtp", False)),
+        **_fp8(d.get("fp8") or {}, where),
     )
+
+
+def _fp8(f: dict, where: str) -> dict:
+    """The profile's ``fp8`` block: ``recipes``, ``default``, ``casts``."""
+    from planner.specs import FP8_RECIPES  # noqa: PLC0415
+
+    recipes = tuple(f.get("recipes") or ("delayed",))
+    for r in recipes:
+        if r not in FP8_RECIPES or r == "auto":
+            raise InputError(f"{where}.fp8.recipes", r, "one of " + ", ".join(x for x in FP8_RECIPES if x != "auto"))
+    default = str(f.get("default", recipes[0]))
+    if default not in recipes:
+        raise InputError(f"{where}.fp8.default", default, "one of the profile's fp8.recipes")
+    casts = str(f.get("casts", "te"))
+    if casts not in ("te", "torchao"):
+        raise InputError(f"{where}.fp8.casts", casts, "te or torchao")
+    return {"fp8_recipes": recipes, "fp8_default": default, "fp8_casts": casts}
 
 
 def _memory(m: dict, where: str) -> MemoryProfile:

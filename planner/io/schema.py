@@ -119,7 +119,9 @@ CLUSTER_SCHEMA: Schema = {
     "id": "any", "name": "any", "sources": "any", "notes": "any",
 }
 GRAD_REDUCE = _choice("auto", "fp32", "bf16")
-JOB_SCHEMA: Schema = {"!seq_len": "seq", "!global_batch_size": "gbs", "precision": PRECISION, "grad_reduce": GRAD_REDUCE}
+FP8_RECIPE = _choice("auto", "delayed", "tensorwise", "mxfp8", "blockwise", "rowwise", "rowwise_with_gw_hp")
+JOB_SCHEMA: Schema = {"!seq_len": "seq", "!global_batch_size": "gbs", "precision": PRECISION, "grad_reduce": GRAD_REDUCE,
+                      "fp8_recipe": FP8_RECIPE, "fp8_param_gather": "bool?"}
 HARDWARE_SCHEMA: Schema = {"!gpu": "str", "!num_gpus": "gpus", "gpus_per_node": "gpn?", "inter_node": "inter?", "intra_node": "intra?"}
 PARALLEL_SCHEMA: Schema = {
     "tp": "int+?", "pp": "int+?", "dp": "int+?", "cp": "int+?", "ep": "int+?", "vpp": "int+?",

@@ -140,18 +140,20 @@ def memory_bound_fn(model: ModelSpec, job: Job, C: Constants, engine, capacity_b
     return may_fit
 
 
-def per_layer_time(model: ModelSpec, cluster: ClusterSpec, job: Job, lk: tuple, C: Constants, sac: str = "korthikanti") -> tuple[float, float]:
+def per_layer_time(model: ModelSpec, cluster: ClusterSpec, job: Job, lk: tuple, C: Constants, sac: str = "korthikanti",
+                   fp8: str = "te") -> tuple[float, float]:
     """(mean, least) seconds of one layer and micro-batch on one GPU over the model's layer
     kinds (dense, MoE): compute, recompute and the exposed tensor/context/expert-parallel
     traffic (no pipeline send/recv). ``lk`` = (tp, cp, ep, mb, recompute, sp, tp_comm_overlap,
     async_tp_allreduce, attention, etp, moe_a2a_overlap, moe_dispatcher, cuda_graph); with the overlap every
     pass counts as merged (the least all-to-all any schedule exposes). ``sac``: the engine's
-    selective-recompute policy (:attr:`planner.engines.profile.MemoryProfile.selective`)."""
+    selective-recompute policy (:attr:`planner.engines.profile.MemoryProfile.selective`); ``fp8``: its
+    FP8 cast scheme with the fewest casts any sharding runs (:func:`planner.engines.fp8_casts`)."""
     tp, cp, ep, mb, rec, sp, tpo, asy, attn, etp, a2a, disp, graph = lk
     par = ParallelConfig(tp=tp, cp=cp, ep=ep, dp=max(ep, 1), vpp=1, micro_batch_size=mb, recompute=rec, sequence_parallel=sp,
                          tp_comm_overlap=tpo, async_tp_allreduce=asy, attention=attn, etp=etp, moe_dispatcher=disp,
                          cuda_graph=graph)
-    costs = layer_costs(model, cluster, job, par, C, merged=1.0 if a2a else 0.0, sac=sac)
+    costs = layer_costs(model, cluster, job, par, C, merged=1.0 if a2a else 0.0, sac=sac, fp8=fp8)
     # Every split holds all layers, so the mean over the real mix of dense and MoE layers is
     # what the bound on sum(t_i) needs.
     dense = sum(stage_time_parts(costs, 1, 1, False).values()) - costs[3]

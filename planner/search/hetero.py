@@ -41,7 +41,7 @@ from planner.cost.constants import DEFAULT_CONSTANTS, Constants
 from planner.cost.rules import check_parallel, tp_ok
 from planner.cost.stages import dense_counts, embedding_sync_time, layer_costs, stage_memory, stage_sync, stage_time_parts
 from planner.cost.step import assemble, pipeline_form
-from planner.engines import Engine, default_split, get_engine, resolve
+from planner.engines import Engine, default_split, fp8_casts, get_engine, resolve, resolve_job
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
 from planner.search.bounds import states_bound_fn
 from planner.search.milp import INF, Program, SolveStats
@@ -135,7 +135,7 @@ def hetero_evaluate(model: ModelSpec, hc: HeteroCluster, job: Job, par: Parallel
     for i, (g, n) in enumerate(zip(placement, layers)):
         c = clusters[g]
         pg = _on(par, c, model, job, eng)
-        costs = layer_costs(model, c, job, pg, C, sac=eng.memory.selective)
+        costs = layer_costs(model, c, job, pg, C, sac=eng.memory.selective, fp8=fp8_casts(eng, job, pg.zero))
         t_i = sum(stage_time_parts(costs, n, dcounts[i], i == pp - 1).values())
         params = M.stage_params(model, n, i, pp, par.tp, par.ep, n_dense=dcounts[i], etp=par.etp)
         syncs.append(stage_sync(c, job, pg, params, n, t_i, m, costs[4]["bwd_dense_s"], costs[4]["fwd_dense_s"], C, eng))
@@ -257,7 +257,8 @@ def _lower_bound(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelCon
     speeds, p2p, last = [], math.inf, math.inf
     for g, grp in enumerate(hc.groups):
         c = hc.group_cluster(g, par.world)
-        costs = layer_costs(model, c, job, _on(par, c, model, job, engine), C, sac=engine.memory.selective)
+        pc = _on(par, c, model, job, engine)
+        costs = layer_costs(model, c, job, pc, C, sac=engine.memory.selective, fp8=fp8_casts(engine, job, pc.zero))
         a = sum(stage_time_parts(costs, 1, 1 if model.moe is None else 0, False).values()) - costs[3]
         speeds.append((1.0 / a, grp.count // width))
         p2p, last = min(p2p, costs[3]), min(last, sum(costs[2].values()))
@@ -282,6 +283,7 @@ def hetero_plan(model: ModelSpec, hc: HeteroCluster, job: Job, fixed: dict | Non
     SolverFailure when the time ran out before any plan was found."""
     deadline = time.perf_counter() + time_limit_s
     eng, C = get_engine(engine), constants or DEFAULT_CONSTANTS
+    job = resolve_job(job, eng)  # the FP8 recipe the engine runs (checked)
     states_of = states_bound_fn(model, job.precision, C, grad_reduce=job.grad_reduce)
     cap = max(g.gpu.memory_bytes for g in hc.groups)
     pool = []

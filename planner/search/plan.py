@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from planner.cost.constants import DEFAULT_CONSTANTS, Constants
 from planner.cost.estimate import Estimate, price
 from planner.cost.rules import check_precision
-from planner.engines import AUTO, AUTO_ENGINES, a2a_overlap_why, default_etp, default_split, engine_flags, get_engine
+from planner.engines import AUTO, AUTO_ENGINES, a2a_overlap_why, default_etp, default_split, engine_flags, fp8_casts, get_engine, resolve_job
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
 from planner.search.bounds import (SPLIT_MIN_GAIN, memory_bound_fn, only_split, p2p_per_stage, per_layer_time,  # noqa: F401
                                    split_gain, split_may_help, states_bound_fn, step_lower_bound)
@@ -216,6 +216,7 @@ def plan(
     if isinstance(opts.engine, str) and opts.engine.lower() == AUTO:
         return _plan_auto(model, cluster, job, top_k, opts, limit, objective, goodput, constants)
     eng = get_engine(opts.engine)
+    job = resolve_job(job, eng)  # the FP8 recipe the engine runs (checked)
     C = constants or DEFAULT_CONSTANTS
     if opts.memory_margin is not None:
         C = C.replace(MEMORY_MARGIN_FRACTION=opts.memory_margin)
@@ -272,7 +273,7 @@ def plan(
             a2a = a2a_overlap_why(eng, model, ep, rec, pp, v, sched, zero=z, graph=graph) is None
         lk = (tp, cp, ep, mb, rec, f["sequence_parallel"], f["tp_comm_overlap"], f["async_tp_allreduce"], f["attention"], etp, a2a, disp, graph)
         if lk not in per_layer_cache:
-            per_layer_cache[lk] = per_layer_time(model, cluster, job, lk, C, sac=eng.memory.selective)
+            per_layer_cache[lk] = per_layer_time(model, cluster, job, lk, C, sac=eng.memory.selective, fp8=fp8_casts(eng, job, 3))
         m = job.global_batch_size // (mb * dp)
         pk = (tp, cp, dp, pp, mb, v)
         if pk not in p2p_cache:

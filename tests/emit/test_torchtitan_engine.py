@@ -56,7 +56,14 @@ def _v_schedule(schedule: str) -> dict:
     return doc
 
 
-VARIANTS = {"zbv": _v_schedule("zb-v"), "dualpipev": _v_schedule("dualpipe")}
+def _fp8(recipe: str) -> dict:
+    doc = copy.deepcopy(load("llama8b_fsdp_64gpu"))  # FSDP: the tensor-wise recipe gathers FP8 weights
+    doc["job"].update(precision="fp8", fp8_recipe=recipe)
+    return doc
+
+
+VARIANTS = {"zbv": _v_schedule("zb-v"), "dualpipev": _v_schedule("dualpipe"),
+            **{f"fp8-{r}": _fp8(r) for r in ("rowwise", "rowwise_with_gw_hp", "tensorwise", "auto")}}
 PLANS = {f"{fx}-{rank}": (load(fx), rank) for fx, rank in TT_PLANS} | {name: (doc, 1) for name, doc in VARIANTS.items()}
 
 
@@ -69,7 +76,7 @@ def _cases(version: str, tmp) -> list[dict]:
             path = tmp / f"{name}.toml"
             path.write_text(files["torchtitan_job.toml"])
             cases.append({"name": name, "kind": "toml", "path": str(path), "world": v.world})
-        if version == "0.3.0":
+        if version == "0.3.0" and "planner_torchtitan_config.py" in files:  # the emitter says why when not (test_torchtitan.py)
             module = "tt030_" + name.replace("-", "_")
             (tmp / f"{module}.py").write_text(files["planner_torchtitan_config.py"])
             cases.append({"name": name, "kind": "module", "dir": str(tmp), "module": module, "config": "planner_config", "world": v.world})
@@ -108,6 +115,8 @@ def test_torchtitan_accepts_and_builds(titan, name):
         assert name not in results  # the emitter said why (test_torchtitan.py)
         return
     r = results[name]
+    if not r["ok"] and r.get("error", "").startswith("ImportError: torchao is not installed"):
+        pytest.skip("torchtitan 0.3.0 builds its Float8 converter config with torchao, which this machine lacks")
     assert r["ok"], r.get("error", "") + "\n" + r.get("trace", "")
     v = load_plan_view(doc, rank)
     p = v.parallel
@@ -129,6 +138,11 @@ def test_torchtitan_accepts_and_builds(titan, name):
         assert r["ac"] == {"none": None, "full": "FullAC.Config", "selective": "SelectiveAC.Config"}[p.recompute]
     else:
         assert r["ac"] == p.recompute
+        if v.job.precision == "fp8":  # the recipe torchtitan parsed is the one priced (auto: rowwise, the planner's default)
+            want = "rowwise" if v.job.fp8_recipe == "auto" else v.job.fp8_recipe
+            gather = want == "tensorwise"
+            assert r["float8"] == {"recipe_name": want, "enable_fsdp_float8_all_gather": gather,
+                                   "precompute_float8_dynamic_scale_for_fsdp": gather}
 
 
 @pytest.mark.parametrize("flavor", FLAVORS, ids=lambda f: f"{f.name}-{f.flavor}")

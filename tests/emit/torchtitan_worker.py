@@ -126,8 +126,11 @@ def _config_case(version: str, case: dict) -> dict:
         assert not unknown, f"converters not registered in torchtitan 0.2.2: {unknown}"
         model, n_layers, pipelines = _build_022(cfg)
         mc = None
+        f8 = cfg.quantize.linear.float8
         out.update(model=cfg.model.name, flavor=cfg.model.flavor, etp=par.expert_tensor_parallel_degree,
-                   converters=list(cfg.model.converters), ac=cfg.activation_checkpoint.mode)
+                   converters=list(cfg.model.converters), ac=cfg.activation_checkpoint.mode,
+                   float8={k: getattr(f8, k) for k in ("recipe_name", "enable_fsdp_float8_all_gather",
+                                                       "precompute_float8_dynamic_scale_for_fsdp")})
     else:
         from torchtitan.distributed.parallel_dims import ParallelDims
 
