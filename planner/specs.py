@@ -206,6 +206,7 @@ class GpuSpec:
     sm_count: int = 108
     tdp_w: float = 400.0
     sources: tuple[str, ...] = ()
+    mx_formats: bool = False  # tensor cores with OCP microscaling (MXFP8) operands: Blackwell (sm_100)
 
     def __post_init__(self) -> None:
         _positive_float(f"gpu[{self.id}].memory_bytes", self.memory_bytes)
@@ -373,7 +374,7 @@ class Job:
         _choice("job.grad_reduce", self.grad_reduce, GRAD_REDUCE)
         _choice("job.fp8_recipe", self.fp8_recipe, FP8_RECIPES)
         if self.fp8_recipe != "auto" and self.precision != "fp8":
-            raise InputError("job.fp8_recipe", self.fp8_recipe, f"auto for a {self.precision} run (a scaling recipe needs precision fp8)")
+            raise InputError("job.fp8_recipe", self.fp8_recipe, f"auto for a 16-bit ({self.precision}) run (a scaling recipe needs precision fp8)")
         if self.fp8_param_gather is not None and (not isinstance(self.fp8_param_gather, bool) or self.precision != "fp8"):
             raise InputError("job.fp8_param_gather", self.fp8_param_gather, "true or false, with precision fp8 (else leave it unset)")
         if self.grad_reduce == "bf16" and self.precision == "fp16":

@@ -58,8 +58,10 @@ def findings(cj: CheckedJob, e: Estimate) -> list[Finding]:
           "weights_gib": _gib(worst.weights_bytes), "gradients_gib": _gib(worst.gradients_bytes),
           "optimizer_gib": _gib(worst.optimizer_bytes), "activations_gib": _gib(worst.activations_bytes)}
     if not e.fits:
-        out.append(Finding("oom", "error", f"does not fit: stage {worst.stage} needs {_gib(e.memory_peak_bytes)} GiB of "
-                           f"{_gib(cap)} GiB ({-100 * margin:.1f}% over)", ev))
+        usable = e.memory_usable_bytes
+        out.append(Finding("oom", "error", f"does not fit: stage {worst.stage} needs {_gib(e.memory_peak_bytes)} GiB, "
+                           f"{_gib(usable)} GiB usable ({_gib(cap)} GiB less the {100 * e.memory_margin:.0f}% margin; "
+                           f"{100 * (e.memory_peak_bytes - usable) / usable:.1f}% over)", ev))
     elif margin < _MARGIN:
         out.append(Finding("oom-risk", "warning", f"fits with {100 * margin:.1f}% headroom on stage {worst.stage}: little room for "
                            "fragmentation beyond the modelled reserve", ev))

@@ -355,6 +355,10 @@ def _job(d: Draft, p: Parsed) -> None:
             d.set("job.fp8_recipe", p.one("--fp8-recipe"), "file", _src(p, "--fp8-recipe"))
         else:
             d.set("job.fp8_recipe", "delayed", "default", "Megatron default --fp8-recipe delayed (transformer_config.py fp8_recipe)")
+        if p.has("--fp8-param-gather"):
+            d.set("job.fp8_param_gather", True, "file", _src(p, "--fp8-param-gather"))
+        else:
+            d.set("job.fp8_param_gather", False, "default", "Megatron default: bf16 weights (no --fp8-param-gather)")
     if p.has("--grad-reduce-in-bf16"):
         d.set("job.grad_reduce", "bf16", "file", _src(p, "--grad-reduce-in-bf16"))
     elif prec == "fp16" and p.has("--accumulate-allreduce-grads-in-fp32"):

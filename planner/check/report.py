@@ -66,10 +66,11 @@ def render_text(r: CheckReport, verbose: bool = False) -> str:
     L.append(f"prediction ({cj.engine}):")
     L.append(f"  step {_fmt_s(e.step_time_s)}   {e.tokens_per_s:,.0f} tokens/s   MFU {100 * e.mfu:.1f}%   "
              f"{e.num_microbatches} micro-batches")
-    cap = e.memory_capacity_bytes
-    margin = 100 * (cap - e.memory_peak_bytes) / cap
+    cap, usable = e.memory_capacity_bytes, e.memory_usable_bytes
+    over = 100 * (e.memory_peak_bytes - usable) / usable
     L.append(f"  memory: peak {e.memory_peak_bytes / GIB:.1f} of {cap / GIB:.1f} GiB, "
-             + (f"headroom {margin:.1f}%" if e.fits else f"OVER by {-margin:.1f}% (will not fit)"))
+             + (f"headroom {100 * (cap - e.memory_peak_bytes) / cap:.1f}%" if e.fits else
+                f"{over:.1f}% over the {usable / GIB:.1f} GiB usable ({100 * e.memory_margin:.0f}% kept free; will not fit)"))
     rows = _stage_rows(e)
     for first, last, total, st in rows:
         name = f"stage {first}" if first == last else f"stages {first}-{last}"

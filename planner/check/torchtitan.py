@@ -231,6 +231,10 @@ def titan_draft(s: TitanSettings, path: Path, fmt: str, world: int | None = None
         key, gkey = "quantize.linear.float8.recipe_name", "quantize.linear.float8.enable_fsdp_float8_all_gather"
         recipe = s.get(key) or ("tensorwise" if s.version == "0.2.2" else "rowwise")
         d.set("job.fp8_recipe", recipe, s.kind(key), s.where(key))
+        if s.get(key) and s.get(gkey):
+            d.findings.append(("torchtitan-rejects", f"{s.where(key)} with {s.where(gkey)}: torchtitan's Float8LinearConverter asserts "
+                               "enable_fsdp_float8_all_gather is off when recipe_name is set (components/quantization/float8.py); "
+                               "the job stops at model conversion. For tensor-wise with FP8 gathers leave recipe_name unset"))
         if recipe == "tensorwise":
             d.set("job.fp8_param_gather", bool(s.get(gkey)), s.kind(gkey), s.where(gkey))
     d.set("job.grad_reduce", "auto", s.kind(T + "mixed_precision_reduce"), s.where(T + "mixed_precision_reduce") + " (fp32 gradients)")
@@ -251,9 +255,6 @@ def titan_draft(s: TitanSettings, path: Path, fmt: str, world: int | None = None
     _recompute(d, s)
     if s.get("compile.enable"):
         d.unmodelled.append(f"compile.enable (components {s.get('compile.components')}): torch.compile fuses elementwise work")
-    for key in ("quantize.linear.float8.enable_fsdp_float8_all_gather",):
-        if s.get(key):
-            d.unmodelled.append(f"{key}: FP8 weight all-gather (half the FSDP gather traffic)")
     d.post.append(lambda dd, cluster: _parallel(dd, s, shape, cluster))
     d.post.append(_attention)
     return d

@@ -206,6 +206,8 @@ def read_titan_py(path: Path, function: str | None) -> Draft:
     for c in spec.get("converters") or []:
         cname = c.func if isinstance(c, Rec) else str(c)
         convs.append("quantize.linear.float8" if "Float8" in cname else ("quantize.linear.mx" if "MX" in cname else cname))
+        if "Float8Linear" in cname and isinstance(c, Rec) and c.get("recipe_name") is not None:
+            put("quantize.linear.float8.recipe_name", c.get("recipe_name"), c.line, "Float8LinearConverter.Config(recipe_name=...)")
         if "NVFP4" in cname:
             convs[-1] = "quantize.linear.float8"
     if convs:

@@ -186,7 +186,7 @@ def precision_text(job: Job, engine: str | None) -> str:
 
 def setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len,
                    global_batch_size, precision, attention, scenario, run_id, engine=None, grad_reduce=None, profile=None,
-                   allow_auto: bool = False, fp8_recipe=None, **parallel) -> Setup:
+                   allow_auto: bool = False, fp8_recipe=None, fp8_param_gather=None, **parallel) -> Setup:
     """The setup of every pricing command: from a scenario (its non-null parallel fields fixed,
     then the flags') or from flags; ``parallel`` holds the parallel flags (None = free or the
     engine's default); ``engine`` names the engine (default :data:`planner.engines.DEFAULT_ENGINE`,
@@ -207,10 +207,11 @@ def setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_
         import dataclasses  # noqa: PLC0415
 
         setup.job = dataclasses.replace(setup.job, grad_reduce=grad_reduce)  # validated by Job
-    if fp8_recipe is not None:
+    if fp8_recipe is not None or fp8_param_gather is not None:
         import dataclasses  # noqa: PLC0415
 
-        setup.job = dataclasses.replace(setup.job, fp8_recipe=fp8_recipe)  # validated by Job (the engine's list when priced)
+        extra = {k: v for k, v in (("fp8_recipe", fp8_recipe), ("fp8_param_gather", fp8_param_gather)) if v is not None}
+        setup.job = dataclasses.replace(setup.job, **extra)  # validated by Job (the engine's lists when priced)
     return setup.with_profile(profile)
 
 

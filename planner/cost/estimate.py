@@ -23,7 +23,7 @@ from planner.cost.result import Estimate
 from planner.cost.rules import check_parallel
 from planner.cost.stages import dense_counts, embedding_sync_time, layer_costs, stage_fw, stage_memory, stage_sync, stage_time_parts
 from planner.cost.step import assemble
-from planner.engines import Engine, default_split, fp8_casts, get_engine, resolve, resolve_job
+from planner.engines import Engine, default_split, fp8_casts, fp8_gathers, fp8_recipe, get_engine, resolve, resolve_job
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
 __all__ = ["Estimate", "estimate", "price"]
@@ -179,6 +179,9 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig,
         bound = "memory (does not fit)"
     elif peak_mem > cap - 2 * (cap - usable):
         notes.append(f"memory headroom {100 * (1 - peak_mem / cap):.1f}% of capacity: within twice the {100 * C.MEMORY_MARGIN_FRACTION:.0f}% margin")
+    if model.mtp_layers:
+        notes.append(f"the last stage also runs {model.mtp_layers} multi-token prediction module(s) per micro-batch: one layer "
+                     "of the decoder's last kind, eh_proj and a second output-head pass (Megatron-core --mtp-num-layers)")
     return Estimate(
         step_time_s=step,
         tokens_per_s=gbs * s / step,
@@ -201,4 +204,6 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig,
         parallel=par.replace(layers_per_stage=tuple(lps)),
         engine=eng.name,
         resolved=filled,
+        fp8_recipe=fp8_recipe(eng, job),
+        fp8_param_gather=par.zero >= 1 and fp8_gathers(eng, job),
     )

@@ -21,12 +21,12 @@ Two cast implementations, named by the engine profile's ``fp8.casts``:
 
   - ``tensorwise``: one scale per tensor, so the gradient's two casts are one (plus a 1-byte
     transposed copy for the weight-gradient GEMM, which takes its first operand row-major:
-    torch._scaled_mm); with tensor parallelism torchtitan's Float8 TP plan casts every linear's
-    input before its all-gather (``PrepareFloat8ModuleInput``, ``Float8ColwiseParallel``,
-    ``Float8RowwiseParallel``), on the 1/tp sequence shard, and the all-gather moves FP8
-    (:mod:`planner.cost.stages`); the saved input is then FP8 and only transposed in backward;
-    with ``enable_fsdp_float8_all_gather`` the weights are cast on their shard before the FSDP
-    all-gather (``precompute_float8_dynamic_scale_for_fsdp``: one amax pass a step), not here.
+    torch._scaled_mm); with ``enable_fsdp_float8_all_gather`` the weights are cast on their
+    shard before the FSDP all-gather (``precompute_float8_dynamic_scale_for_fsdp``: one amax
+    pass a step) and arrive as FP8, not cast here. torchao's Float8 tensor-parallel plan (inputs
+    cast before their all-gather) is not what torchtitan 0.2.2 or 0.3.0 runs: 0.2.2 enables it on
+    ``"float8" in model.converters`` (models/llama3/infra/parallelize.py), which its registered
+    name ``quantize.linear.float8`` never matches, and 0.3.0 has no such plan.
   - ``rowwise``: per-row scales, every cast its own; the forward GEMM runs torch's CUTLASS
     row-wise kernel with fast accumulation, Constants.TORCHAO_ROWWISE_GEMM_EFFICIENCY of the
     tensor-wise cuBLAS kernel (pytorch/pytorch#147971); the backward GEMMs use slow accumulation,
@@ -49,16 +49,12 @@ def _stream(nbytes: float, gpu: GpuSpec, C: Constants) -> float:
     return nbytes / (gpu.hbm_bandwidth_bytes_per_s * C.HBM_STREAM_EFFICIENCY) + C.ELEMENTWISE_KERNEL_OVERHEAD_S
 
 
-def fp8_quant_time(gemms: list, gpu: GpuSpec, C: Constants, batch: float = 1.0, scheme: str = "te", hidden: float = 0.0,
-                   tp: int = 1) -> tuple[float, float]:
+def fp8_quant_time(gemms: list, gpu: GpuSpec, C: Constants, batch: float = 1.0, scheme: str = "te") -> tuple[float, float]:
     """(fwd, bwd) seconds of the FP8 casts of GEMMs (m tokens, n out, k in), ``batch`` groups
     each (local experts), under ``scheme`` ("te", or "torchao-<recipe>", with "+fsdp8" where the
-    weights arrive in FP8 from the FSDP all-gather; module docstring). Torchao tensor-wise with
-    ``tp`` > 1 runs torchtitan's Float8 TP plan: a GEMM whose input width ``k`` is the model's
-    ``hidden`` takes the all-gathered input, cast on its 1/tp shard."""
+    weights arrive in FP8 from the FSDP all-gather; module docstring)."""
     scheme, _, tail = scheme.partition("+")
     weights_gathered_fp8 = tail == "fsdp8"
-    float8_tp = tp > 1
     if scheme in ("", "te"):
         b = C.FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT
         return (sum(_stream(b * m * k * batch, gpu, C) for m, n, k in gemms),
@@ -69,12 +65,9 @@ def fp8_quant_time(gemms: list, gpu: GpuSpec, C: Constants, batch: float = 1.0, 
     for m, n, k in gemms:
         x, g, w = m * k * batch, m * n * batch, n * k * batch  # input, output gradient, weight elements
         if recipe == "tensorwise":
-            shard = tp if (float8_tp and tp > 1 and k == hidden) else 1
             wf = 0.0 if weights_gathered_fp8 else c * w
-            f = c * x / shard + wf
-            # backward: the input again (or, already FP8 under Float8 TP, its transposed copy),
-            # the gradient once plus its transposed copy, the weight again
-            b = (2.0 * x if float8_tp and tp > 1 else c * x) + (c + 2.0) * g + wf
+            f = c * x + wf
+            b = c * x + (c + 2.0) * g + wf  # the input again, the gradient once and its transposed copy, the weight again
         elif recipe == "rowwise":
             f = c * (x + w)
             b = c * (2 * g + x + w) + 4.0 * (x + w)  # four casts; rescale of the input- and weight-gradient outputs

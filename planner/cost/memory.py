@@ -87,13 +87,16 @@ def bytes_per_param(precision: str, zero: int, dp: int, grad_reduce: str, C: Con
 
 @lru_cache(maxsize=16384)
 def state_bytes_per_param(precision: str, zero: int, shard: int, grad_reduce: str, C: Constants, states: str,
-                          grad_sync: str = "step", fp8_cache: float = 2.0, foreach_temp: float = 0.0) -> dict[str, float]:
+                          grad_sync: str = "step", fp8_cache: float = 2.0, foreach_temp: float = 0.0,
+                          fp8_params: bool = False) -> dict[str, float]:
     """Model-state bytes per parameter on one GPU for an engine's recipe (module doc):
     ``weights``, ``gradients`` (held the whole step), ``optimizer`` (master copy and moments),
     ``step_gradients`` (allocated by the step's first backward, kept to its end: FSDP2),
     ``step_gradients_unsharded`` (1 when FSDP2 accumulates unsharded gradients under pipelining)
     and ``optimizer_step`` (allocated only inside ``optimizer.step()``). ``grad_sync`` is the
-    sharding mode's (:class:`planner.engines.Sharding`)."""
+    sharding mode's (:class:`planner.engines.Sharding`). ``fp8_params``: the weights are FP8 tensors
+    (Megatron --fp8-param-gather, Transformer Engine fp8_model_init): 1 B each and no cached copy
+    (the fp32 master stays in the optimizer)."""
     d = max(1, shard)
     g = grad_bytes(precision, grad_reduce)
     out = {"weights": 0.0, "gradients": 0.0, "optimizer": 0.0, "step_gradients": 0.0, "step_gradients_unsharded": 0.0,
@@ -110,6 +113,8 @@ def state_bytes_per_param(precision: str, zero: int, shard: int, grad_reduce: st
         return out
     base = bytes_per_param(precision, zero, d, grad_reduce, C)
     w = base["weights"] - (C.FP8_WEIGHT_COPY_BYTES_PER_PARAM - fp8_cache if precision == "fp8" and zero < 3 else 0.0)
+    if fp8_params:
+        w = 1.0 / d if zero >= 3 else 1.0
     out.update(weights=w, gradients=base["gradients"], optimizer=base["optimizer"])
     if g < 4.0:  # fp32 copy of the 16-bit gradients for the optimizer (Megatron MixedPrecisionOptimizer, DeepSpeed)
         out["optimizer_step"] = 4.0 / d if zero >= 1 else 4.0

@@ -87,7 +87,8 @@ def _stage_peak(model: ModelSpec, job: Job, key: tuple, stage: int, n: int, para
     grad_sync = mode.grad_sync if mode is not None else "microbatch"
     if mem.states == "fsdp2" and pp > 1 and zero >= 2:
         grad_sync = "step"  # torch pipelining turns gradient sync off until the last micro-batch
-    key = (prec, zero, job.grad_reduce, C, mem.states, grad_sync, mem.fp8_weight_cache, mem.foreach_optimizer_temp)
+    key = (prec, zero, job.grad_reduce, C, mem.states, grad_sync, mem.fp8_weight_cache, mem.foreach_optimizer_temp,
+           zero >= 1 and fp8_gathers(engine, job))
     st = M.state_bytes_per_param(key[0], key[1], shard, *key[2:])
     st_e = M.state_bytes_per_param(key[0], key[1], shard_e, *key[2:])
     copies = 1.0  # DualPipeV (the V-shaped DualPipe, two chunks per rank) keeps one copy of the parameters
@@ -102,21 +103,25 @@ def _stage_peak(model: ModelSpec, job: Job, key: tuple, stage: int, n: int, para
 
     # --- parameters all-gathered (FSDP2, ZeRO-3) -----------------------------------------------------
     layer_p = (params["layers"] + exp_p) / max(1, n)
-    lin_b = 1.0 if fp8_gathers(engine, job) else 2.0  # FSDP gathers FP8 linear weights (torchao tensor-wise)
+    # FSDP gathers FP8 linear weights (torchao tensor-wise); torchao's grouped experts are not
+    # Float8Linear modules and stay 16-bit (Transformer Engine's are FP8 with fp8_model_init)
+    lin_b = 1.0 if fp8_gathers(engine, job) else 2.0
+    exp_b = lin_b if engine.fp8_casts == "te" else 2.0
+    layer_b = (lin_b * params["layers"] + exp_b * exp_p) / max(1, n)  # bytes of one layer gathered
     gathered, gathered_b, gathered_what = 0.0, 0.0, ""
     ag_pool = rs_pool = 0.0
     if mem.states == "fsdp2" and zero >= 2:
         if pp > 1 or (mode is not None and not mode.reshard_after_forward):
             # reshard_after_forward=False: every block stays unsharded from its forward to its
             # backward; under pipelining for the whole step (parallelize.py apply_fsdp)
-            gathered = copies * (lin_b * (params["layers"] + exp_p) + 2.0 * (params["embedding"] + params["output"]))
+            gathered = copies * (lin_b * params["layers"] + exp_b * exp_p + 2.0 * (params["embedding"] + params["output"]))
             gathered_what = "all of the stage's parameters unsharded"
         else:
             # fully_shard per block: [norm, output] is not resharded after forward and the last
             # block is prefetched for the backward; in a block's backward the next is prefetched
             # and the block's unsharded bf16 gradients and their fp32 reduce-scatter input exist
-            gathered = 2.0 * params["output"] + lin_b * layer_p
-            gathered_b = lin_b * layer_p + (2.0 + 4.0) * layer_p
+            gathered = 2.0 * params["output"] + layer_b
+            gathered_b = layer_b + (2.0 + 4.0) * layer_p
             gathered_what = "output group + one block unsharded"
         if pp > 1 or (mode is not None and not mode.reshard_after_forward):
             gathered_b = 2.0 * layer_p  # the block's bf16 gradients before they join the fp32 accumulators
@@ -126,7 +131,7 @@ def _stage_peak(model: ModelSpec, job: Job, key: tuple, stage: int, n: int, para
         # a block only on the stream it was allocated on, so those pools stay reserved beside the
         # compute stream's: two groups' all-gather outputs (one prefetched) and the sharded
         # gradients, which zero_grad frees before the next step's peak.
-        ag_pool = 2.0 * lin_b * layer_p
+        ag_pool = 2.0 * layer_b
         rs_pool = copies * (dense_p * 4.0 / max(1, shard) + exp_p * 4.0 / max(1, shard_e))
     elif zero >= 3 and mode is not None and mode.param_gather == "layer":
         gathered = 2 * 2.0 * layer_p  # the layer in use and the prefetched next one, 16-bit (Megatron-FSDP, ZeRO-3)

@@ -27,10 +27,14 @@ def tp_rule(model: ModelSpec, tp: int) -> None:
 
 
 def check_precision(cluster: ClusterSpec, job: Job) -> None:
-    """The GPU must have tensor cores for the job's precision (no FP8 on A100, no BF16 on V100)."""
+    """The GPU must have tensor cores for the job's precision (no FP8 on A100, no BF16 on V100) and
+    its FP8 recipe (MXFP8 on Blackwell only)."""
     if job.precision not in cluster.gpu.peak_flops:
         raise InputError("job.precision", job.precision,
                          f"a precision {cluster.gpu.id} supports ({', '.join(sorted(k for k in cluster.gpu.peak_flops if k != 'tf32'))})")
+    if job.fp8_recipe == "mxfp8" and not cluster.gpu.mx_formats:
+        raise InputError("job.fp8_recipe", "mxfp8", f"a recipe {cluster.gpu.id} runs (MXFP8 needs Blackwell tensor cores; "
+                         "delayed or tensorwise on this GPU)")
 
 
 def check_parallel(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, engine: Engine, lps: tuple[int, ...]) -> None:

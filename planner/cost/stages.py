@@ -89,12 +89,6 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
     act_bytes = mb * s / cp * model.hidden * 2  # one b*s*h activation in 16-bit
     t_tp = tp_allreduce_time(links["tp"], act_bytes, sp)
     tp_fwd = 2 * t_tp
-    ag_bytes = act_bytes  # what a forward sequence-parallel all-gather moves
-    if sp and fp8.startswith("torchao-tensorwise"):
-        # torchtitan's Float8 TP plan (torchao Float8ColwiseParallel / PrepareFloat8ModuleInput):
-        # a layer's two forward all-gathers move the FP8 cast of the sequence shard (1 B)
-        ag_bytes = act_bytes / 2
-        tp_fwd = 2 * (links["tp"].time("reducescatter", act_bytes) + links["tp"].time("allgather", ag_bytes))
     # The backward all-reduce of the input gradient overlaps the weight-gradient GEMM only with
     # Megatron's asynchronous TP all-reduce (Korthikanti 2022 sec. 5); legacy engines block.
     tp_bwd = 2 * t_tp * (1 - C.TP_BWD_OVERLAP_FRACTION) if asy else 2 * t_tp
@@ -142,7 +136,7 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
             # aten.max is kept), every elementwise kernel and the sequence-parallel all-gathers.
             share = op_sac_recomputed_gemm_share(model, moe, ep, C)
             recomp = share * lt.fwd_gemm_s + lt.fwd_quant_s + lt.fwd_elementwise_s
-            tp_re = (2 * links["tp"].time("allgather", ag_bytes) if sp else tp_fwd) if tp > 1 else 0.0
+            tp_re = (2 * links["tp"].time("allgather", act_bytes) if sp else tp_fwd) if tp > 1 else 0.0
         else:
             recomp = lt.fwd_s if full else (lt.fwd_attn_s if rec == "selective" else 0.0)
             tp_re = tp_fwd if full else 0.0
@@ -340,17 +334,27 @@ def stage_sync(cluster: ClusterSpec, job: Job, par: ParallelConfig, params: dict
     if exp_p:
         groups.append((links["edp"], exp_p))  # experts reduce over the expert data-parallel group
     red = sum(g.time(reduce_op, p * grad_b) for g, p in groups)
-    gat = sum(g.time("allgather", p * 2) for g, p in groups) if gather_once else 0.0
+    # Megatron --fp8-param-gather: the distributed optimizer all-gathers the FP8 weights (1 B)
+    if gather_once and fp8_gathers(engine, job):  # layers (and TE experts) at 1 B, embedding and output at 2 B
+        f8 = [params["layers"] + 2.0 * (params["embedding"] + params["output"])] + ([exp_p if engine.fp8_casts == "te" else 2.0 * exp_p] if exp_p else [])
+        gat = sum(g.time("allgather", b) for (g, _), b in zip(groups, f8))
+    else:
+        gat = sum(g.time("allgather", p * 2) for g, p in groups) if gather_once else 0.0
     bwd_w, fwd_w = n * bwd_layer_s, n * fwd_layer_s
     ogr = bool(par.overlap_grad_reduce)
     if mode.param_gather == "layer":
         gathers = (3 if par.recompute == "full" else 2) if mode.reshard_after_forward else 1
         z3 = _per_rank_links(links["dp_cp"], cluster)
         layer_p = (dense_p + exp_p) / max(1, n)
-        # torchao tensor-wise Float8 with enable_fsdp_float8_all_gather: FSDP2 gathers the linear
-        # weights in FP8 (torchao/float8/fsdp_utils.py WeightWithDynamicFloat8CastTensor
-        # fsdp_pre_all_gather casts the shard), 1 B each (norms are few)
-        t_g = z3.time("allgather", layer_p * (1 if fp8_gathers(engine, job) else 2))
+        # FP8 weight gathers (torchao tensor-wise with enable_fsdp_float8_all_gather: FSDP2 casts
+        # the shard before the all-gather, torchao/float8/fsdp_utils.py
+        # WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather; Megatron-FSDP with
+        # --fp8-param-gather): the layers' linear weights at 1 B, the embedding and output layer
+        # at 2 B, torchao's grouped experts at 2 B (not Float8Linear modules), as memory_peak counts
+        lin_b = 1.0 if fp8_gathers(engine, job) else 2.0
+        exp_b = lin_b if engine.fp8_casts == "te" else 2.0
+        gather_b = (lin_b * params["layers"] + exp_b * exp_p + 2.0 * (params["embedding"] + params["output"])) / max(1, n)
+        t_g = z3.time("allgather", gather_b)
         t_rs = z3.time("reducescatter", layer_p * grad_b)
         comm = n * (gathers * t_g + t_rs)
         parts: tuple = ((m * comm, m * stage_time_s), (t_g, 0.0))

@@ -15,7 +15,7 @@ from __future__ import annotations
 from planner.cost.memory import grad_dtype
 from planner.cost.memory import has_dropout
 from planner.emit.common import LaunchSpec, PlanView, chunk_sizes, comment, for_engine, provenance_lines, render_torchrun
-from planner.engines import fp8_recipe, get_engine
+from planner.engines import fp8_gathers, fp8_recipe, get_engine
 from planner.errors import InputError
 
 __all__ = ["pipeline_layout", "pipeline_args", "MEGATRON_ENGINE", "MEGATRON_TARGET", "MEGATRON_SCRIPT", "USER_BLOCK", "megatron_args",
@@ -256,9 +256,12 @@ def _batch_precision_args(v: PlanView) -> list[str]:
             a.append("--grad-reduce-in-bf16")  # the cost model's 2-byte gradients
         if j.precision == "fp8":
             a += ["--fp8-format", "hybrid"]  # E4M3 forward, E5M2 backward (Transformer Engine)
-            recipe = fp8_recipe(get_engine("megatron-core"), j)  # InputError for a recipe TE does not run (torchao's rowwise)
+            eng = get_engine("megatron-core")
+            recipe = fp8_recipe(eng, j)  # InputError for a recipe TE does not run (torchao's rowwise)
             if recipe != "delayed":  # Megatron's default (transformer_config.py fp8_recipe)
                 a += ["--fp8-recipe", recipe]
+            if fp8_gathers(eng, j) and v.parallel.zero >= 1:  # FP8 primary weights (arguments.py: distributed optimizer or FSDP)
+                a.append("--fp8-param-gather")
     return a
 
 

@@ -94,7 +94,7 @@ def titan_settings(v: PlanView, version: str) -> dict:
         "sequence_parallel": bool(p.sequence_parallel) or p.tp == 1,
         "local_batch_size": p.micro_batch_size * (v.num_microbatches if p.pp > 1 else 1),
         "global_batch_size": j.global_batch_size, "seq_len": j.seq_len,
-        "ac": p.recompute, "fp8": j.precision == "fp8", "fp8_recipe": recipe, "fp8_gather": fp8_gathers(eng, j),
+        "ac": p.recompute, "fp8": j.precision == "fp8", "fp8_recipe": recipe, "fp8_gather": fp8_gathers(eng, j) and p.zero >= 2,
         "hf_assets_path": f"./assets/hf/{fl.hf_repo.split('/')[-1]}",
     }
     if p.pp > 1:
@@ -166,8 +166,13 @@ def torchtitan_config(v: PlanView) -> dict:
         "activation_checkpoint": ac,
     }
     if s["fp8"]:
-        f8 = {"recipe_name": s["fp8_recipe"]}
-        if s["fp8_gather"]:  # tensor-wise: FSDP gathers FP8 weights, one amax all-reduce a step (job_config.py Float8Linear)
+        # The output layer stays bf16, as priced (torchtitan's own tomls filter it). Tensor-wise is
+        # 0.2.2's recipe_name None: with recipe_name set, its converter asserts that
+        # enable_fsdp_float8_all_gather is off (components/quantization/float8.py Float8LinearConverter)
+        f8: dict = {"filter_fqns": [_OUTPUT["0.2.2"]]}
+        if s["fp8_recipe"] != "tensorwise":
+            f8["recipe_name"] = s["fp8_recipe"]
+        elif s["fp8_gather"]:  # FSDP gathers FP8 weights, one amax all-reduce a step (job_config.py Float8Linear)
             f8.update(enable_fsdp_float8_all_gather=True, precompute_float8_dynamic_scale_for_fsdp=True)
         doc["quantize"] = {"linear": {"float8": f8}}
     return doc

@@ -110,22 +110,18 @@ def fp8_recipe(engine: Engine, job: Job) -> str:
         return ""
     r = engine.fp8_default if job.fp8_recipe == "auto" else job.fp8_recipe
     if r not in engine.fp8_recipes:
-        raise InputError("job.fp8_recipe", job.fp8_recipe, f"one of {', '.join(engine.fp8_recipes)} on {engine.name}")
+        raise InputError("job.fp8_recipe", job.fp8_recipe, f"auto or one of {', '.join(engine.fp8_recipes)} on {engine.name}")
     return r
 
 
 def resolve_job(job: Job, engine: Engine) -> Job:
     """``job`` with its FP8 recipe made concrete for ``engine`` (checked; a 16-bit job unchanged)."""
     r = fp8_recipe(engine, job)
-    if job.fp8_param_gather and not _gathers_fp8(engine, r):
-        raise InputError("job.fp8_param_gather", True, f"false or unset with {r or job.precision} on {engine.name} (FP8 weight all-gathers: "
-                         "torchtitan's tensor-wise recipe only)")
+    if job.fp8_param_gather and r not in engine.fp8_gather_recipes:
+        can = f"recipes {', '.join(engine.fp8_gather_recipes)}" if engine.fp8_gather_recipes else "no recipe"
+        raise InputError("job.fp8_param_gather", True, f"false or unset with {r or job.precision} on {engine.name} "
+                         f"(FP8 weight all-gathers: {can})")
     return replace(job, fp8_recipe=r) if r and r != job.fp8_recipe else job
-
-
-def _gathers_fp8(engine: Engine, recipe: str) -> bool:
-    # torchao asserts enable_fsdp_float8_all_gather is tensor-wise only (float8/config.py)
-    return bool(engine.memory.fsdp_fp8_allgather) and recipe == "tensorwise"
 
 
 def fp8_scheme(engine: Engine, job: Job) -> str:
@@ -141,14 +137,17 @@ def fp8_casts(engine: Engine, job: Job, zero: int) -> str:
     """The cast scheme the cost model prices (planner.cost.fp8): :func:`fp8_scheme`, with
     "+fsdp8" where the weights arrive from an FSDP all-gather in FP8 (``zero`` >= 2)."""
     scheme = fp8_scheme(engine, job)
-    return scheme + "+fsdp8" if scheme and zero >= 2 and fp8_gathers(engine, job) else scheme
+    return scheme + "+fsdp8" if scheme.startswith("torchao") and zero >= 2 and fp8_gathers(engine, job) else scheme
 
 
 def fp8_gathers(engine: Engine, job: Job) -> bool:
-    """Whether the engine's FSDP all-gathers FP8 weights for ``job``: torchao tensor-wise with
-    enable_fsdp_float8_all_gather, which the planner's launch writes for that recipe unless the
-    job sets ``fp8_param_gather`` false."""
-    return job.fp8_param_gather is not False and _gathers_fp8(engine, fp8_recipe(engine, job))
+    """Whether ``job`` holds FP8 primary weights and all-gathers them in FP8 on ``engine``
+    (``Job.fp8_param_gather``, or the engine's launch default where unset): torchao tensor-wise
+    with enable_fsdp_float8_all_gather (torchtitan, on by default), Megatron's --fp8-param-gather
+    (off by default; with the distributed optimizer or Megatron-FSDP, ZeRO >= 1)."""
+    if fp8_recipe(engine, job) not in engine.fp8_gather_recipes:
+        return False
+    return engine.fp8_gather_default if job.fp8_param_gather is None else job.fp8_param_gather
 
 
 def mtp_rule(engine: Engine, model: ModelSpec) -> None:
@@ -331,6 +330,8 @@ def check_engine(model: ModelSpec, job: Job, par: ParallelConfig, engine: Engine
     if (why := cuda_graph_why(engine, model, par.cuda_graph, par.recompute, par.zero, par.moe_a2a_overlap)) is not None:
         raise InputError("parallel.cuda_graph", par.cuda_graph, f"none {why}")
     mtp_rule(engine, model)
+    if job.fp8_param_gather and par.zero == 0:
+        raise InputError("parallel.zero", 0, f"1 or more on {e} with job.fp8_param_gather (FP8 weights are gathered by a sharded optimizer or FSDP)")
     if par.attention == "flash" and not engine.flash_attention:
         raise InputError("parallel.attention", "flash", f"unfused on {e}")
     if par.pp > 1 and par.schedule not in engine.schedules:

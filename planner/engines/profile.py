@@ -117,7 +117,6 @@ class MemoryProfile:
     fp8_weight_cache: float = 2.0
     fp8_saved_input_bytes: float = 1.0
     cp_allgather_kv: bool = False
-    fsdp_fp8_allgather: bool = False
     foreach_optimizer_temp: float = 0.0
     reserve_fraction: float | None = None  # None: Constants.ALLOCATOR_RESERVE_FRACTION
     sources: tuple[str, ...] = ()
@@ -178,6 +177,10 @@ class Engine:
     fp8_recipes: tuple[str, ...] = ("delayed",)
     fp8_default: str = "delayed"
     fp8_casts: str = "te"
+    # FP8 primary weights, gathered in FP8 (Job.fp8_param_gather): the recipes that can, and whether
+    # the planner's launch files turn it on when the job leaves it unset.
+    fp8_gather_recipes: tuple[str, ...] = ()
+    fp8_gather_default: bool = False
 
     @property
     def zero_stages(self) -> tuple[int, ...]:
@@ -265,7 +268,12 @@ def _fp8(f: dict, where: str) -> dict:
     casts = str(f.get("casts", "te"))
     if casts not in ("te", "torchao"):
         raise InputError(f"{where}.fp8.casts", casts, "te or torchao")
-    return {"fp8_recipes": recipes, "fp8_default": default, "fp8_casts": casts}
+    gather = tuple(f.get("param_gather") or ())
+    for r in gather:
+        if r not in recipes:
+            raise InputError(f"{where}.fp8.param_gather", r, "one of the profile's fp8.recipes")
+    return {"fp8_recipes": recipes, "fp8_default": default, "fp8_casts": casts, "fp8_gather_recipes": gather,
+            "fp8_gather_default": bool(f.get("param_gather_default", False))}
 
 
 def _memory(m: dict, where: str) -> MemoryProfile:

@@ -110,6 +110,7 @@ def gpu_from_dict(d: dict, where: str = "gpu") -> GpuSpec:
         sm_count=_int(d, "sm_count", where, 108),
         tdp_w=float(d.get("tdp_w", 400)),
         sources=tuple(d.get("sources", ()) or ()),
+        mx_formats=bool(d.get("mx_formats", False)),
     )
 
 

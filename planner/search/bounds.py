@@ -10,6 +10,7 @@ from planner.cost.stages import layer_costs, p2p_send_time, stage_time_parts
 from planner.cost.step import pipeline_form
 from planner.cost.flops import embedding_params, layer_params
 from planner.cost.memory import activation_bytes_per_layer, bytes_per_param, state_bytes_per_param
+from planner.engines.policy import fp8_gathers
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
 __all__ = ["SPLIT_MIN_GAIN", "split_gain", "only_split", "states_bound_fn", "memory_bound_fn", "in_flight_lower_bound", "per_layer_time", "p2p_per_stage", "step_lower_bound", "split_may_help"]
@@ -20,11 +21,12 @@ SPLIT_MIN_GAIN = 0.002
 
 
 def states_bound_fn(model: ModelSpec, precision: str, C: Constants, min_first: int = 1, grad_reduce: str = "auto", engine=None,
-                    parts: bool = False):
+                    parts: bool = False, fp8_params: bool = False):
     """A fast function (tp, pp, dp, cp, ep, zero) -> model-state bytes per GPU on the most loaded
     stage, ignoring activations (a lower bound of the peak memory). ``engine``: its model-state
     recipe (planner.cost.memory.state_bytes_per_param: what every moment of its step holds).
-    ``parts``: return (bytes per layer, bytes of the embedding on the first stage) instead."""
+    ``parts``: return (bytes per layer, bytes of the embedding on the first stage) instead.
+    ``fp8_params``: FP8 primary weights with ZeRO >= 1 (planner.engines.fp8_gathers)."""
     # With dense first layers (DeepSeek-V3) a stage may hold either kind, so each layer is
     # counted at the cheaper of the two: the bound stays a lower bound for any split.
     kinds = [layer_params(model, moe_layer=False)]
@@ -37,11 +39,16 @@ def states_bound_fn(model: ModelSpec, precision: str, C: Constants, min_first: i
 
     def bpp(zero: int, shard: int) -> float:
         if (zero, shard) not in bpp_cache:
+            f8 = fp8_params and zero >= 1
             if engine is None:
-                bpp_cache[(zero, shard)] = sum(bytes_per_param(precision, zero, shard, grad_reduce, C).values())
+                b = bytes_per_param(precision, zero, shard, grad_reduce, C)
+                if f8:
+                    b = {**b, "weights": 1.0 / shard if zero >= 3 else 1.0}
+                bpp_cache[(zero, shard)] = sum(b.values())
             else:
                 mem = engine.memory
-                st = state_bytes_per_param(precision, zero, shard, grad_reduce, C, mem.states, "step", mem.fp8_weight_cache)
+                st = state_bytes_per_param(precision, zero, shard, grad_reduce, C, mem.states, "step", mem.fp8_weight_cache,
+                                           fp8_params=f8 and mem.states != "fsdp2")
                 bpp_cache[(zero, shard)] = st["weights"] + st["gradients"] + st["optimizer"]
         return bpp_cache[(zero, shard)]
 
@@ -93,7 +100,8 @@ def memory_bound_fn(model: ModelSpec, job: Job, C: Constants, engine, capacity_b
     import numpy as np  # noqa: PLC0415  (numpy is imported only where used: CLI start-up)
 
     mem = engine.memory
-    states = states_bound_fn(model, job.precision, C, grad_reduce=job.grad_reduce, engine=engine, parts=True)
+    states = states_bound_fn(model, job.precision, C, grad_reduce=job.grad_reduce, engine=engine, parts=True,
+                             fp8_params=engine is not None and fp8_gathers(engine, job))
     kinds = [False] if model.moe is None or not model.moe_layers else ([True] if model.moe_layers == model.layers else [False, True])
     L, s, h = model.layers, job.seq_len, model.hidden
     kw = dict(C=C, dropout=mem.dropout, rope_copies=mem.rope_copies, selective=mem.selective, fp8_saved_bytes=mem.fp8_saved_input_bytes)

@@ -41,7 +41,7 @@ from planner.cost.constants import DEFAULT_CONSTANTS, Constants
 from planner.cost.rules import check_parallel, tp_ok
 from planner.cost.stages import dense_counts, embedding_sync_time, layer_costs, stage_memory, stage_sync, stage_time_parts
 from planner.cost.step import assemble, pipeline_form
-from planner.engines import Engine, default_split, fp8_casts, get_engine, resolve, resolve_job
+from planner.engines import Engine, default_split, fp8_casts, fp8_gathers, get_engine, resolve, resolve_job
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
 from planner.search.bounds import states_bound_fn
 from planner.search.milp import INF, Program, SolveStats
@@ -284,7 +284,7 @@ def hetero_plan(model: ModelSpec, hc: HeteroCluster, job: Job, fixed: dict | Non
     deadline = time.perf_counter() + time_limit_s
     eng, C = get_engine(engine), constants or DEFAULT_CONSTANTS
     job = resolve_job(job, eng)  # the FP8 recipe the engine runs (checked)
-    states_of = states_bound_fn(model, job.precision, C, grad_reduce=job.grad_reduce)
+    states_of = states_bound_fn(model, job.precision, C, grad_reduce=job.grad_reduce, fp8_params=fp8_gathers(eng, job))
     cap = max(g.gpu.memory_bytes for g in hc.groups)
     pool = []
     for par in _candidates(model, hc, job, dict(fixed or {}), eng):

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from planner.cost.constants import DEFAULT_CONSTANTS, Constants
 from planner.cost.estimate import Estimate, price
 from planner.cost.rules import check_precision
-from planner.engines import AUTO, AUTO_ENGINES, a2a_overlap_why, default_etp, default_split, engine_flags, fp8_casts, get_engine, resolve_job
+from planner.engines import AUTO, AUTO_ENGINES, a2a_overlap_why, default_etp, default_split, engine_flags, fp8_casts, fp8_gathers, get_engine, resolve_job
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
 from planner.search.bounds import (SPLIT_MIN_GAIN, memory_bound_fn, only_split, p2p_per_stage, per_layer_time,  # noqa: F401
                                    split_gain, split_may_help, states_bound_fn, step_lower_bound)
@@ -237,7 +237,8 @@ def plan(
     if not pool:
         raise explain_no_candidates(model, cluster, job, opts)
     nearest: tuple | None = None  # (bytes, estimate or None, parallel)
-    states_of = states_bound_fn(model, job.precision, C, grad_reduce=job.grad_reduce, engine=eng)  # valid for any layer split
+    states_of = states_bound_fn(model, job.precision, C, grad_reduce=job.grad_reduce, engine=eng,  # valid for any layer split
+                                fp8_params=fp8_gathers(eng, job))
     given = {k: fixed.get(k) for k in ("sequence_parallel", "attention", "tp_comm_overlap", "async_tp_allreduce",
                                          "overlap_grad_reduce", "overlap_param_gather")}
     disp = fixed.get("moe_dispatcher") or "alltoall"  # not searched: the fixed one, else the engine's all-to-all

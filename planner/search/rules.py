@@ -38,6 +38,8 @@ def check_fixed(model, cluster, job, opts) -> None:
     if (why := cuda_graph_why(eng, model, fixed.get("cuda_graph"), fixed.get("recompute"))) is not None:
         raise InputError("parallel.cuda_graph", fixed["cuda_graph"], f"none {why}")
     mtp_rule(eng, model)
+    if job.fp8_param_gather and fixed.get("zero") == 0:
+        raise InputError("parallel.zero", 0, "1 or more with job.fp8_param_gather (FP8 weights are gathered by a sharded optimizer or FSDP)")
     n = cluster.num_gpus
     tp, pp, dp, cp, ep = (fixed.get(k) for k in ("tp", "pp", "dp", "cp", "ep"))
     vpp, mb, sp, zero = (fixed.get(k) for k in ("vpp", "micro_batch_size", "sequence_parallel", "zero"))

@@ -136,7 +136,8 @@ def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: Sea
     max_cp = opts.max_cp if eng.context_parallel else 1
     cps = _pick(fx, "cp", [c for c in divisors(n) if c <= max_cp and (c == 1 or job.seq_len % (2 * c) == 0)])
     pps = _pick(fx, "pp", [p for p in divisors(n) if p <= model.layers])
-    zeros_all = [z for z in opts.zero_stages if z in eng.zero_stages]
+    # FP8 weight gathers need a sharded optimizer or FSDP (Megatron arguments.py: --fp8-param-gather)
+    zeros_all = [z for z in opts.zero_stages if z in eng.zero_stages and not (z == 0 and job.fp8_param_gather)]
     recs = _pick(fx, "recompute", [r for r in opts.recompute if r in eng.recompute])
     interleave = bool(schedules_for(eng, 2, 2, fx.get("schedule"), opts.schedules))  # some schedule runs v > 1 chunks
     a2a_fixed = fx.get("moe_a2a_overlap") is True

@@ -45,6 +45,9 @@ def test_llama3_fp8_script_details():
     assert cj.cluster.num_gpus == 8 and cj.job.precision == "fp8" and cj.job.grad_reduce == "bf16"
     assert cj.model.rope_theta == 1_000_000 and cj.model.vocab == 128256 and not cj.model.tied_embeddings
     assert cj.parallel.overlap_grad_reduce and cj.parallel.overlap_param_gather  # DDP_ARGS appended with +=
+    assert cj.job.fp8_recipe == "delayed" and cj.job.fp8_param_gather  # --fp8-param-gather: FP8 primary weights, 1 B each
+    est = check_job(cj, top=1, time_limit_s=4).estimate
+    assert est.stages[0].weights_bytes == pytest.approx(8.03e9, rel=0.01)
     assert cj.sources["job.precision"][1].where.startswith("train_llama3_8b_h100_fp8.sh:")
 
 

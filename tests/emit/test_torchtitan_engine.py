@@ -138,11 +138,13 @@ def test_torchtitan_accepts_and_builds(titan, name):
         assert r["ac"] == {"none": None, "full": "FullAC.Config", "selective": "SelectiveAC.Config"}[p.recompute]
     else:
         assert r["ac"] == p.recompute
-        if v.job.precision == "fp8":  # the recipe torchtitan parsed is the one priced (auto: rowwise, the planner's default)
+        if v.job.precision == "fp8":
+            # torchtitan's own converter accepts the file and runs the recipe priced (auto: rowwise,
+            # the planner's default), gathering FP8 weights exactly when the plan does, the output kept bf16
             want = "rowwise" if v.job.fp8_recipe == "auto" else v.job.fp8_recipe
-            gather = want == "tensorwise"
-            assert r["float8"] == {"recipe_name": want, "enable_fsdp_float8_all_gather": gather,
-                                   "precompute_float8_dynamic_scale_for_fsdp": gather}
+            gather = want == "tensorwise" and v.parallel.zero >= 2
+            assert r["float8_converter"] == {"recipe": want, "fsdp_float8_all_gather": gather, "precompute_scale": gather}
+            assert r["float8"]["filter_fqns"] == ["output"]
 
 
 @pytest.mark.parametrize("flavor", FLAVORS, ids=lambda f: f"{f.name}-{f.flavor}")

@@ -105,6 +105,40 @@ def _parts(version: str, par, n_layers: int, model_config, dims) -> list[list[st
     return parts
 
 
+def _float8_converter_022(cfg, dims) -> dict:
+    """torchtitan 0.2.2's Float8LinearConverter.__init__ on the parsed config: its recipe and
+    all-gather checks (it asserts enable_fsdp_float8_all_gather is off with a recipe_name). On a
+    CPU machine float8.emulate stands in for SM89; without torchao a stand-in Float8LinearConfig
+    records what the converter asks torchao for (the checks are torchtitan's own code)."""
+    import copy
+    import types
+
+    try:
+        import torchao.float8  # noqa: F401
+    except ImportError:
+        class _Config:
+            def __init__(self, **kw):
+                self.kw = kw
+
+            @classmethod
+            def from_recipe_name(cls, name):
+                return cls(recipe_name=name)
+
+        fake = types.ModuleType("torchao.float8")
+        fake.Float8LinearConfig = _Config
+        sys.modules.setdefault("torchao", types.ModuleType("torchao"))
+        sys.modules["torchao.float8"] = fake
+    from torchtitan.components.quantization.float8 import Float8LinearConverter
+
+    job = copy.deepcopy(cfg)
+    job.quantize.linear.float8.emulate = True
+    job.compile.enable = False  # emulate runs only in eager mode
+    conv = Float8LinearConverter(job, dims)
+    kw = getattr(conv.config, "kw", {})
+    return {"recipe": kw.get("recipe_name", "tensorwise"), "fsdp_float8_all_gather": bool(kw.get("enable_fsdp_float8_all_gather", False)),
+            "precompute_scale": bool(conv.precompute_scale)}
+
+
 def _config_case(version: str, case: dict) -> dict:
     from torch.distributed.pipelining.schedules import get_schedule_class
 
@@ -130,7 +164,9 @@ def _config_case(version: str, case: dict) -> dict:
         out.update(model=cfg.model.name, flavor=cfg.model.flavor, etp=par.expert_tensor_parallel_degree,
                    converters=list(cfg.model.converters), ac=cfg.activation_checkpoint.mode,
                    float8={k: getattr(f8, k) for k in ("recipe_name", "enable_fsdp_float8_all_gather",
-                                                       "precompute_float8_dynamic_scale_for_fsdp")})
+                                                       "precompute_float8_dynamic_scale_for_fsdp", "filter_fqns")})
+        if "quantize.linear.float8" in cfg.model.converters:
+            out["float8_converter"] = _float8_converter_022(cfg, dims)
     else:
         from torchtitan.distributed.parallel_dims import ParallelDims
 
