@@ -79,12 +79,19 @@ def _mtp_doc() -> dict:
     return doc
 
 
+def _fp8_doc(recipe: str) -> dict:
+    """Llama 3 8B in FP8 with the recipe and FP8 primary weights (--fp8-recipe, --fp8-param-gather)."""
+    doc = copy.deepcopy(load("llama8b_fsdp_64gpu"))
+    doc["job"].update(precision="fp8", fp8_recipe=recipe, fp8_param_gather=True)
+    return doc
+
+
 CASES = {f"{fx}-{r}": (load(fx), r) for fx, r in MEGATRON_PLANS}
 CASES.update({"layout-vpp1": (_layout_doc(1), 1), "layout-vpp2": (_layout_doc(2), 1), "odd-chunks-vpp2": (_odd_doc(), 1),
               "a2a-overlap-etp1": (_a2a_overlap_doc(1), 3), "a2a-overlap-etp-tp": (_a2a_overlap_doc(2), 3),
               "flex-deepep": (_flex_doc("deepep"), 3), "flex-hybridep": (_flex_doc("hybridep"), 3),
               "cuda-graph-layer": (_graph_doc("layer"), 1), "cuda-graph-full-iteration": (_graph_doc("full_iteration"), 1),
-              "mtp": (_mtp_doc(), 1)})
+              "mtp": (_mtp_doc(), 1), "fp8-tensorwise": (_fp8_doc("tensorwise"), 1), "fp8-delayed": (_fp8_doc("delayed"), 1)})
 
 
 def _controls() -> list[dict]:
@@ -155,6 +162,9 @@ def test_megatron_lm_accepts(megatron_results, name):
     assert (a["num_layers"], a["hidden_size"], a["ffn_hidden_size"], a["num_attention_heads"]) == (m.layers, m.hidden, m.ffn_hidden, m.heads)
     assert a["untie_embeddings_and_output_weights"] == (not m.tied_embeddings)
     assert (a["mtp_num_layers"] or 0) == m.mtp_layers
+    if v.job.precision == "fp8":  # Megatron's own parser holds the recipe priced and the FP8 primary weights
+        assert a["fp8"] == "hybrid" and a["fp8_recipe"] == ("delayed" if v.job.fp8_recipe == "auto" else v.job.fp8_recipe)
+        assert a["fp8_param_gather"] == bool(v.job.fp8_param_gather and p.zero >= 1)
 
 
 def test_the_check_is_live(megatron_results):
