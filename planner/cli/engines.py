@@ -118,6 +118,10 @@ def engines_show(name: Annotated[str, typer.Argument(help="An engine name (plann
         t.add_row(col, cell)
     t.add_row("async TP all-reduce", _yes(e.async_tp_allreduce))
     t.add_row("embedding/loss in the split", _yes(e.embedding_in_split))
+    t.add_row("multi-token prediction", _yes(e.mtp))
+    t.add_row("FP8 recipes", f"{', '.join(e.fp8_recipes)} (auto: {e.fp8_default}; {'Transformer Engine' if e.fp8_casts == 'te' else 'torchao'} casts)")
+    t.add_row("FP8 weight gathers", (", ".join(e.fp8_gather_recipes) + (" (on unless --no-fp8-param-gather)" if e.fp8_gather_default
+                                      else " (with --fp8-param-gather)")) if e.fp8_gather_recipes else "-")
     t.add_row("defaults", f"ZeRO {e.default_zero}, recompute {e.default_recompute}, schedule {e.default_schedule}")
     con.print(t)
     con.print(Text("Sharding modes (gradient sync / weight gather: step = once per step, microbatch = every micro-batch, "
