@@ -322,7 +322,7 @@ def plan(
                 continue
         est = price(model, cluster, job, par, lps, eng, C)
         if may_split and split_may_help(est, par, job, cap, kth, top_k, split_unit(v, eng)):
-            room, aff = [cap] * par.pp, None
+            room, aff = [cap] * par.pp, stage_affine(model, cluster, job, par, C, eng)  # one fit for the program and its repairs
             for _ in range(_SPLIT_REPAIRS + 1):
                 split = optimal_split(model, cluster, job, par, room, C, eng, aff=aff, time_limit_s=max(0.01, deadline - time.perf_counter()), stats=stats)
                 if split is None or split == est.layers_per_stage:
@@ -336,7 +336,6 @@ def plan(
                 # engine spreads a rank's layers over its virtual stages bends them (an extra
                 # layer in the chunk with the most micro-batches in flight costs more). Solve
                 # again with each overflowing stage's limit lowered by its line's error there.
-                aff = aff or stage_affine(model, cluster, job, par, C, eng)
                 for i, (st, (a, b), n) in enumerate(zip(est2.stages, aff.mem, split)):
                     if st.total_bytes > est2.memory_usable_bytes:
                         room[i] = min(room[i], cap - max(0.0, st.total_bytes - (a * n + b)))
