@@ -49,7 +49,8 @@ def render_text(r: CheckReport, verbose: bool = False) -> str:
     L: list[str] = []
     L.append(f"{', '.join(cj.files)}  [{cj.fmt}, engine {cj.engine}]")
     L.append(f"  model {cj.model_id or m.name}: {m.layers} layers, hidden {m.hidden}, heads {m.heads}/{m.kv_heads}, ffn {m.ffn_hidden}, "
-             f"vocab {m.vocab}" + (f", {m.moe.experts} experts top-{m.moe.top_k}" if m.moe else ""))
+             f"vocab {m.vocab}" + (f", {m.moe.experts} experts top-{m.moe.top_k}" if m.moe else "")
+             + (f", {m.mtp_layers} MTP module(s)" if m.mtp_layers else ""))
     L.append(f"  {c.num_gpus} x {c.gpu.id} ({c.num_nodes} node(s) x {c.gpus_per_node}); seq {j.seq_len}, global batch {j.global_batch_size}, "
              f"{j.precision}" + (f" ({j.fp8_recipe})" if j.precision == "fp8" and j.fp8_recipe != "auto" else "")
              + (f", gradients {j.grad_reduce}" if j.grad_reduce != "auto" else ""))

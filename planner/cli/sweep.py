@@ -115,6 +115,7 @@ def sweep_cmd(
     gpus: Annotated[str, typer.Option("--gpus", "-n", help="GPU counts: LO..HI (powers of two in the range) or N.")] = "256..16384",
     gpus_per_node: O.GpnOpt = None, nic_gbps: O.NicOpt = None, nics_per_node: O.NicsOpt = None, network: O.NetOpt = None,
     seq_len: O.SeqOpt = None, global_batch_size: O.GbsOpt = None, precision: O.PrecOpt = None,
+    fp8_recipe: O.Fp8RecipeOpt = None, fp8_param_gather: O.Fp8GatherOpt = None,
     tokens: G.TokensOpt = None, price: G.PriceOpt = None, profile: G.ProfileOpt = None,
     ckpt: G.CkptOpt = None, restart: G.RestartOpt = None, rate: G.FailOpt = None,
     chart: Annotated[Optional[str], typer.Option("--chart", help="Write the time/GPU-hours chart to FILE.svg or FILE.png.")] = None,
@@ -140,6 +141,12 @@ def sweep_cmd(
     gp_kw = {"ckpt_write_gbs": ckpt, "restart_s": restart, "failure_rate_per_gpu_hour": rate}
     setups = [(n, setup_from_flags(model, gpu, n, gpus_per_node, None, nic_gbps, nics_per_node, network,
                                    seq_len, global_batch_size, precision, None, {}).with_profile(profile)) for n in counts]
+    if fp8_recipe is not None or fp8_param_gather is not None:
+        import dataclasses  # noqa: PLC0415
+
+        extra = {k: v for k, v in (("fp8_recipe", fp8_recipe), ("fp8_param_gather", fp8_param_gather)) if v is not None}
+        for _, st in setups:
+            st.job = dataclasses.replace(st.job, **extra)  # validated by Job (the engine's lists when priced)
     rows = sweep_rows(setups, n_tokens, price, gp_kw)
     s0 = setups[0][1]
     title = f"{s0.model.name} on {s0.cluster.gpu.id}, seq {s0.job.seq_len}, batch {s0.job.global_batch_size}"
