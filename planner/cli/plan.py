@@ -105,6 +105,16 @@ def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, net
         written = write_files(emit_files(doc, emit, rank=1), out, force=force)
         if not json:
             console().print("wrote " + ", ".join(str(w) for w in written))
+            if emit in ("torchtitan", "all"):  # say which torchtitan version got no files, and why
+                from planner.emit.common import load_plan_view  # noqa: PLC0415
+                from planner.emit.torchtitan import titan_versions  # noqa: PLC0415
+                from planner.errors import InputError  # noqa: PLC0415
+
+                try:
+                    for ver, why in titan_versions(load_plan_view(doc, 1))[1].items():
+                        console().print(f"no torchtitan {ver} files: {why}", highlight=False, soft_wrap=True)
+                except InputError:
+                    pass  # no version runs it: emit_files said so
     if json:
         emit_json(doc)
         return

@@ -134,7 +134,7 @@ def _stage_peak(model: ModelSpec, job: Job, key: tuple, stage: int, n: int, para
         ag_pool = 2.0 * layer_b
         rs_pool = copies * (dense_p * 4.0 / max(1, shard) + exp_p * 4.0 / max(1, shard_e))
     elif zero >= 3 and mode is not None and mode.param_gather == "layer":
-        gathered = 2 * 2.0 * layer_p  # the layer in use and the prefetched next one, 16-bit (Megatron-FSDP, ZeRO-3)
+        gathered = 2 * layer_b  # the layer in use and the prefetched next one (Megatron-FSDP, ZeRO-3; FP8 with --fp8-param-gather)
         gathered_what = "two layers gathered"
     bucket = 0.0
     if mem.states == "deepspeed" and zero >= 2:
