@@ -392,7 +392,9 @@ class Job:
 def job_options(block: dict) -> dict:
     """The optional Job fields a job block of a runs file or plan document gives (precision,
     grad_reduce, fp8_recipe, fp8_param_gather); Job's own defaults fill the rest."""
-    return {k: block[k] for k in ("precision", "grad_reduce", "fp8_recipe", "fp8_param_gather") if k in block}
+    out = {k: block[k] for k in ("precision", "grad_reduce") if k in block}
+    out.update({k: block[k] for k in ("fp8_recipe", "fp8_param_gather") if block.get(k) is not None})  # null: unknown, the defaults
+    return out
 
 
 @dataclass(frozen=True)

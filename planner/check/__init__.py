@@ -14,6 +14,7 @@ Layers: :mod:`~planner.check.bash` (a restricted bash reader), readers per forma
 from __future__ import annotations
 
 from planner.check.job import CheckedJob, Overrides
+from planner.errors import InputError
 
 __all__ = ["check_files", "check_job", "read_job", "Overrides", "CheckedJob"]
 
@@ -31,7 +32,13 @@ def check_job(cj: CheckedJob, top: int = 5, time_limit_s: float | None = None, e
     from planner.check.report import CheckReport  # noqa: PLC0415
     from planner.cost.estimate import estimate  # noqa: PLC0415
 
-    e = estimate(cj.model, cj.cluster, cj.job, cj.parallel, cj.engine)
+    try:
+        e = estimate(cj.model, cj.cluster, cj.job, cj.parallel, cj.engine)
+    except InputError as exc:  # name the file and line the refused value was read from
+        src = cj.sources.get(exc.field)
+        if src is not None and src[1].kind == "file":
+            raise InputError(f"{src[1].where} ({exc.field})", exc.value, exc.expected) from None
+        raise
     found = findings(cj, e)
     if time_limit_s is None:
         from planner.search.plan import TIME_LIMIT_S  # noqa: PLC0415  (the CLI's --time-limit)

@@ -52,7 +52,7 @@ def render_text(r: CheckReport, verbose: bool = False) -> str:
              f"vocab {m.vocab}" + (f", {m.moe.experts} experts top-{m.moe.top_k}" if m.moe else "")
              + (f", {m.mtp_layers} MTP module(s)" if m.mtp_layers else ""))
     L.append(f"  {c.num_gpus} x {c.gpu.id} ({c.num_nodes} node(s) x {c.gpus_per_node}); seq {j.seq_len}, global batch {j.global_batch_size}, "
-             f"{j.precision}" + (f" ({j.fp8_recipe})" if j.precision == "fp8" and j.fp8_recipe != "auto" else "")
+             f"{j.precision}" + (f" ({j.fp8_recipe}{', FP8 weights' if j.fp8_param_gather else ''})" if j.precision == "fp8" and j.fp8_recipe != "auto" else "")
              + (f", gradients {j.grad_reduce}" if j.grad_reduce != "auto" else ""))
     L.append(f"  as written: {_par_line(cj.parallel)}; layers per stage {list(e.layers_per_stage)}")
     moe_only = () if m.moe else ("parallel.ep", "parallel.etp", "parallel.moe_a2a_overlap", "parallel.moe_dispatcher")  # fields a dense model does not have
@@ -158,7 +158,7 @@ def as_json(r: CheckReport) -> dict:
                   "ffn_hidden": m.ffn_hidden, "vocab": m.vocab, "mlp": m.mlp, "norm": m.norm, "bias": m.bias,
                   "tied_embeddings": m.tied_embeddings, "head_dim": m.head_dim,
                   "moe": None if m.moe is None else {k: getattr(m.moe, k) for k in m.moe.__dataclass_fields__},
-                  "q_lora_rank": m.q_lora_rank, "kv_lora_rank": m.kv_lora_rank},
+                  "q_lora_rank": m.q_lora_rank, "kv_lora_rank": m.kv_lora_rank, "mtp_layers": m.mtp_layers},
         "hardware": {"gpu": cj.cluster.gpu.id, "num_gpus": cj.cluster.num_gpus, "gpus_per_node": cj.cluster.gpus_per_node,
                      "nvlink_domain": cj.cluster.nvlink_domain},
         "job": {"seq_len": cj.job.seq_len, "global_batch_size": cj.job.global_batch_size, "precision": cj.job.precision,

@@ -236,7 +236,8 @@ def titan_draft(s: TitanSettings, path: Path, fmt: str, world: int | None = None
                                "enable_fsdp_float8_all_gather is off when recipe_name is set (components/quantization/float8.py); "
                                "the job stops at model conversion. For tensor-wise with FP8 gathers leave recipe_name unset"))
         if recipe == "tensorwise":
-            d.set("job.fp8_param_gather", bool(s.get(gkey)), s.kind(gkey), s.where(gkey))
+            d.set("job.fp8_param_gather", bool(s.get(gkey)), s.kind(gkey),
+                  s.where(gkey) if s.kind(gkey) == "file" else f"torchtitan {s.version} default {gkey} = False (config/job_config.py Float8Linear)")
     d.set("job.grad_reduce", "auto", s.kind(T + "mixed_precision_reduce"), s.where(T + "mixed_precision_reduce") + " (fp32 gradients)")
     if s.get(T + "dtype") == "bfloat16":
         d.unmodelled.append("training.dtype = bfloat16: bf16 weights and optimizer states (the planner prices fp32 master weights)")

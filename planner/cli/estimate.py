@@ -127,7 +127,8 @@ def validate_cmd(
         refused += bad
     s = summary(results, refused)
     if s["n"] == 0 and s["memory"]["n"] == 0:
-        raise InputError(path, f"{len(refused)} runs refused, none scored", "at least one run the planner can express")
+        first = f" (first: {refused[0].id}: {refused[0].reason})" if refused else ""
+        raise InputError(path, f"{len(refused)} run(s) refused, none scored{first}", "at least one run the planner can express")
     if json:
         emit_json({"schema": "planner-validate/1", "file": path, "runs": [r.as_dict() for r in results],
                    "refused": [x.as_dict() for x in refused], "summary": s})

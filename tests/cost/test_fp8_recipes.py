@@ -180,3 +180,15 @@ def test_mxfp8_needs_mx_tensor_cores():
     with pytest.raises(InputError, match="job.fp8_recipe.*Blackwell"):
         estimate(MODEL, make_cluster("h100-sxm5-80gb", 8), _job("mxfp8"), par)
     assert estimate(MODEL, make_cluster("b200-sxm-180gb", 8), _job("mxfp8"), par).fp8_recipe == "mxfp8"
+
+
+def test_check_names_the_line_of_a_refused_recipe_and_runs_files_take_null(tmp_path):
+    from planner.check import check_job  # noqa: PLC0415
+    from planner.specs import job_options  # noqa: PLC0415
+
+    flags = tmp_path / "flags.txt"
+    flags.write_text("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 8192 --max-position-embeddings 8192 "
+                     "--micro-batch-size 1 --global-batch-size 64 --bf16 --fp8-format hybrid --fp8-recipe mxfp8 --vocab-size 128256\n")
+    with pytest.raises(InputError, match=r"flags\.txt.*--fp8-recipe \(job\.fp8_recipe\).*Blackwell"):
+        check_job(read_job([str(flags)], Overrides(gpus=8)), top=0)
+    assert job_options({"precision": "fp8", "fp8_recipe": None, "fp8_param_gather": None}) == {"precision": "fp8"}
