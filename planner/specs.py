@@ -525,8 +525,11 @@ class ParallelConfig:
                 + f" vpp{self.vpp} mb{self.micro_batch_size} {self.recompute} z{self.zero}" + extra)
 
     def __repr__(self) -> str:
-        quiet = {"cp": 1, "ep": 1, "moe_dispatcher": "alltoall", "cuda_graph": "none"}  # defaults a reader need not see
-        set_fields = ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items() if v is not None and quiet.get(k, object()) != v)
+        quiet = {"cp": 1, "ep": 1, "moe_dispatcher": "alltoall", "cuda_graph": "none", "moe_a2a_overlap": False}  # defaults a reader need not see
+        d = self.as_dict()
+        if d.get("ep") == 1:
+            d.pop("etp", None)  # no experts to shard
+        set_fields = ", ".join(f"{k}={v!r}" for k, v in d.items() if v is not None and quiet.get(k, object()) != v)
         return f"ParallelConfig({set_fields})"
 
 

@@ -84,7 +84,7 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig,
     raw = costs[4]
     t_tp, t_cp_f, t_a2a, t_p2p = raw["t_tp"], raw["t_cp"], raw["t_a2a"], raw["t_p2p"]
     dcounts = dense_counts(model, lps)
-    stage_parts = [stage_time_parts(costs, n, dcounts[i], i == pp - 1) for i, n in enumerate(lps)]
+    stage_parts = [stage_time_parts(costs, n, dcounts[i], i == pp - 1, i == 0) for i, n in enumerate(lps)]
     stage_t = [sum(p.values()) for p in stage_parts]
 
     # --- once-per-step work (stages with the same layer counts and role share it) -----------------
@@ -157,6 +157,7 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig,
     }
     comm = [
         {"kind": "tp", "link": links["tp"].link, "time_s": m * max(n * (6 if par.recompute == "full" else 4) * t_tp + (raw["last_tp_link_s"] if i == pp - 1 else 0.0)
+                                                                   + (t_tp if i == 0 else 0.0)
                                                                    for i, n in enumerate(lps)), "exposed_s": breakdown["tp_comm_exposed_s"]},
         {"kind": "pp", "link": links["pp"].link, "time_s": m * 2 * v * t_p2p, "exposed_s": breakdown["pp_comm_exposed_s"]},
         {"kind": "dp", "link": links["dp_cp"].link, "time_s": max(x["total_s"] for x in syncs), "exposed_s": breakdown["dp_comm_exposed_s"]},

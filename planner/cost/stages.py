@@ -205,7 +205,11 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
     t_p2p = p2p_send_time(model, cluster, job, tp, pp, dp, cp, mb)
     raw = {"t_tp": t_tp, "t_cp": t_cp_f, "t_a2a": t_a2a, "t_p2p": t_p2p, "bwd_dense_s": lt_d.bwd_s, "fwd_dense_s": lt_d.fwd_s,
            "tp_fwd_exposed_s": tp_fwd, "tp_bwd_exposed_s": tp_bwd, "fw_dense": fw(lt_d, False), "fw_moe": fw(lt_m, True),
-           "fw_last": (lg_f + mtp_f, mtp_w), "last_tp_link_s": last_link}
+           "fw_last": (lg_f + mtp_f, mtp_w), "last_tp_link_s": last_link,
+           # the input embedding (VocabParallelEmbedding) on the first stage: its output all-reduced
+           # over the tensor group, or with SP reduce-scattered (all-gathered in backward):
+           # Megatron-core tensor_parallel/layers.py, one tensor-parallel exchange per micro-batch
+           "first_extra": {"tp_comm": t_tp}}
     return cost(lt_d, False), cost(lt_m, True), last_extra, (2 * v * t_p2p if pp > 1 else 0.0), raw
 
 
@@ -236,12 +240,15 @@ def host_exposed(gpu_s: float, host_s: float, C: Constants) -> float:
     return (gpu_s ** k + host_s ** k) ** (1.0 / k) - gpu_s
 
 
-def stage_time_parts(costs: tuple, n: int, n_dense: int, last: bool) -> dict[str, float]:
-    """Seconds per micro-batch on one stage of ``n`` layers (``n_dense`` of them dense)."""
-    cost_d, cost_m, last_extra, pp_comm, _ = costs
+def stage_time_parts(costs: tuple, n: int, n_dense: int, last: bool, first: bool = False) -> dict[str, float]:
+    """Seconds per micro-batch on one stage of ``n`` layers (``n_dense`` of them dense); the last
+    stage adds the output layer and loss (and any MTP modules), the first the input embedding's
+    tensor-parallel exchange."""
+    cost_d, cost_m, last_extra, pp_comm, raw = costs
     parts = {k: n_dense * cost_d[k] + (n - n_dense) * cost_m[k] for k in cost_d}
-    if last:
-        for k, val in last_extra.items():
+    extras = ([last_extra] if last else []) + ([raw["first_extra"]] if first else [])
+    for extra in extras:
+        for k, val in extra.items():
             parts[k] = parts.get(k, 0.0) + val
     parts["pp_comm"] = pp_comm
     return parts

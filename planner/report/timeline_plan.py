@@ -167,6 +167,9 @@ def stage_phases(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parallel
             extra = sum(last_extra.values())
             f += extra / 3
             b += extra * 2 / 3
+        if i == 0:  # the input embedding's tensor-parallel exchange: forward and backward halves
+            f += raw["first_extra"]["tp_comm"] / 2
+            b += raw["first_extra"]["tp_comm"] / 2
         fw_f, fw_w = stage_fw(costs, n, nd, i == par.pp - 1)
         out.append({"fwd_s": f, "bwd_s": b, "recompute_s": r, "pp_comm_s": pp_comm, "wgrad_s": fw_w, "fw_f_s": fw_f})
     return out, (raw["t_p2p"] if par.pp > 1 else 0.0)

@@ -136,7 +136,7 @@ def hetero_evaluate(model: ModelSpec, hc: HeteroCluster, job: Job, par: Parallel
         c = clusters[g]
         pg = _on(par, c, model, job, eng)
         costs = layer_costs(model, c, job, pg, C, sac=eng.memory.selective, fp8=fp8_casts(eng, job, pg.zero))
-        t_i = sum(stage_time_parts(costs, n, dcounts[i], i == pp - 1).values())
+        t_i = sum(stage_time_parts(costs, n, dcounts[i], i == pp - 1, i == 0).values())
         params = M.stage_params(model, n, i, pp, par.tp, par.ep, n_dense=dcounts[i], etp=par.etp)
         syncs.append(stage_sync(c, job, pg, params, n, t_i, m, costs[4]["bwd_dense_s"], costs[4]["fwd_dense_s"], C, eng))
         mem.append(stage_memory(model, job, pg, i, n, params, m, C, eng).total_bytes)

@@ -79,7 +79,7 @@ def stage_affine(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parallel
             # last), not its index; only memory (in-flight micro-batches) does.
             role = (0 if i == 0 else (2 if i == pp - 1 else 1), n, nd)
             if role not in memo:
-                t = sum(stage_time_parts(costs, n, nd, i == pp - 1).values())
+                t = sum(stage_time_parts(costs, n, nd, i == pp - 1, i == 0).values())
                 params = M.stage_params(model, n, i, pp, par.tp, par.ep, n_dense=nd, etp=par.etp)
                 memo[role] = (t, params, stage_sync(cluster, job, par, params, n, t, m, bwd, fwd, C, engine))
             t, params, sync = memo[role]
