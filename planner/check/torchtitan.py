@@ -232,7 +232,7 @@ def titan_draft(s: TitanSettings, path: Path, fmt: str, world: int | None = None
         recipe = s.get(key) or ("tensorwise" if s.version == "0.2.2" else "rowwise")
         d.set("job.fp8_recipe", recipe, s.kind(key), s.where(key))
         if s.get(key) and s.get(gkey):
-            d.findings.append(("torchtitan-rejects", f"{s.where(key)} with {s.where(gkey)}: torchtitan's Float8LinearConverter asserts "
+            d.findings.append(("torchtitan-rejects", f"{s.where(key)} with {gkey} = true: torchtitan's Float8LinearConverter asserts "
                                "enable_fsdp_float8_all_gather is off when recipe_name is set (components/quantization/float8.py); "
                                "the job stops at model conversion. For tensor-wise with FP8 gathers leave recipe_name unset"))
         if recipe == "tensorwise":
