@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 
 __all__ = ["GIB", "MIB", "LEGEND", "MEMORY_LEGEND", "gib", "fmt_bytes", "fmt_gbs", "fmt_gbps", "fmt_tflops", "fmt_time", "fmt_duration",
-           "fmt_tokens", "sig", "plural", "wrap"]
+           "fmt_tokens", "fmt_precision", "sig", "plural", "wrap"]
 
 GIB = 2**30
 MIB = 2**20
@@ -130,3 +130,15 @@ def wrap(text: str, width: int = 80) -> str:
 def plural(n: int, word: str, many: str | None = None) -> str:
     """``1 node``, ``2 nodes``, ``1 stage``, ``0 stages``."""
     return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
+def fmt_precision(precision: str, fp8_recipe: str = "", fp8_weights: bool = False) -> str:
+    """The precision as headers print it: "fp8 (rowwise)", "fp8 (delayed, FP8 weights)" with a
+    concrete FP8 recipe, else the precision alone.
+
+    >>> fmt_precision("fp8", "delayed", True), fmt_precision("bf16")
+    ('fp8 (delayed, FP8 weights)', 'bf16')
+    """
+    if precision != "fp8" or not fp8_recipe or fp8_recipe == "auto":
+        return precision
+    return f"fp8 ({fp8_recipe}{', FP8 weights' if fp8_weights else ''})"

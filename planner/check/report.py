@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from planner.check.changes import Change
 from planner.check.job import CheckedJob
 from planner.cost.result import Estimate
-from planner.units import GIB
+from planner.units import GIB, fmt_precision
 
 __all__ = ["CheckReport", "render_text", "as_json", "SCHEMA"]
 
@@ -52,7 +52,7 @@ def render_text(r: CheckReport, verbose: bool = False) -> str:
              f"vocab {m.vocab}" + (f", {m.moe.experts} experts top-{m.moe.top_k}" if m.moe else "")
              + (f", {m.mtp_layers} MTP module(s)" if m.mtp_layers else ""))
     L.append(f"  {c.num_gpus} x {c.gpu.id} ({c.num_nodes} node(s) x {c.gpus_per_node}); seq {j.seq_len}, global batch {j.global_batch_size}, "
-             f"{j.precision}" + (f" ({j.fp8_recipe}{', FP8 weights' if j.fp8_param_gather else ''})" if j.precision == "fp8" and j.fp8_recipe != "auto" else "")
+             f"{fmt_precision(j.precision, j.fp8_recipe, bool(j.fp8_param_gather))}"
              + (f", gradients {j.grad_reduce}" if j.grad_reduce != "auto" else ""))
     L.append(f"  as written: {_par_line(cj.parallel)}; layers per stage {list(e.layers_per_stage)}")
     moe_only = () if m.moe else ("parallel.ep", "parallel.etp", "parallel.moe_a2a_overlap", "parallel.moe_dispatcher")  # fields a dense model does not have

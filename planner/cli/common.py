@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import dataclasses
 from dataclasses import dataclass, field
 
 from planner import __version__
@@ -13,6 +14,7 @@ from planner.calibration.values import Calibration
 from planner.engines import AUTO, DEFAULT_ENGINE, get_engine
 from planner.search.space import SearchOptions
 from planner.specs import ClusterSpec, Job, ModelSpec
+from planner.units import fmt_precision
 
 __all__ = ["Setup", "setup_from_cli", "setup_from_flags", "setup_from_scenario", "fixed_from_flags", "plan_document", "emit_json", "DEFAULTS"]
 
@@ -181,7 +183,14 @@ def precision_text(job: Job, engine: str | None) -> str:
         return job.precision
     from planner.engines import fp8_recipe  # noqa: PLC0415
 
-    return f"fp8 ({fp8_recipe(get_engine(engine), job)})"
+    return fmt_precision("fp8", fp8_recipe(get_engine(engine), job))
+
+
+def with_fp8(job: Job, fp8_recipe: str | None, fp8_param_gather: bool | None) -> Job:
+    """``job`` with the FP8 flags that were given (None: left as it is); Job checks them, the
+    engine's lists when priced."""
+    extra = {k: v for k, v in (("fp8_recipe", fp8_recipe), ("fp8_param_gather", fp8_param_gather)) if v is not None}
+    return dataclasses.replace(job, **extra) if extra else job
 
 
 def setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len,
@@ -204,14 +213,8 @@ def setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_
         # InputError naming the engines on anything else; "auto" (search every engine) is plan's
         setup.engine = AUTO if str(engine).lower() == AUTO and allow_auto else get_engine(engine).name
     if grad_reduce is not None:
-        import dataclasses  # noqa: PLC0415
-
         setup.job = dataclasses.replace(setup.job, grad_reduce=grad_reduce)  # validated by Job
-    if fp8_recipe is not None or fp8_param_gather is not None:
-        import dataclasses  # noqa: PLC0415
-
-        extra = {k: v for k, v in (("fp8_recipe", fp8_recipe), ("fp8_param_gather", fp8_param_gather)) if v is not None}
-        setup.job = dataclasses.replace(setup.job, **extra)  # validated by Job (the engine's lists when priced)
+    setup.job = with_fp8(setup.job, fp8_recipe, fp8_param_gather)
     return setup.with_profile(profile)
 
 

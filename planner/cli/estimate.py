@@ -10,6 +10,7 @@ from rich.text import Text
 from planner.cli import options as O
 from planner.cli.app import app
 from planner.cli.common import Setup, emit_json, plan_document, setup_from_cli
+from planner.units import fmt_precision
 from planner.errors import InputError
 from planner.report.tables import console, estimate_table, track, validation_table
 
@@ -71,7 +72,7 @@ def estimate_cmd(
         emit_json(doc)
     else:
         con = console()
-        prec = f"fp8 ({est.fp8_recipe}{', FP8 weights' if est.fp8_param_gather else ''})" if est.fp8_recipe else setup.job.precision
+        prec = fmt_precision(setup.job.precision, est.fp8_recipe, est.fp8_param_gather)
         con.print(Text(f"{setup.model.name} on {setup.cluster.num_gpus} x {setup.cluster.gpu.id} ({setup.engine}, {prec}): {est.parallel.short()}",
                        style="bold"))
         con.print(estimate_table(est))

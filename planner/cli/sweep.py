@@ -128,7 +128,7 @@ def sweep_cmd(
       planner sweep --model llama3.1-70b --gpu h100-sxm5-80gb --gpus 256..4096 --tokens 15T --price-per-gpu-hour 2
       planner sweep --model gpt3-175b --gpu a100-sxm4-80gb --gpus 512..8192 -s 2048 -b 1536 --chart sweep.svg
     """
-    from planner.cli.common import setup_from_flags  # noqa: PLC0415
+    from planner.cli.common import setup_from_flags, with_fp8  # noqa: PLC0415
 
     counts = parse_gpu_range(gpus)
     n_tokens = G.parse_count("--tokens", tokens)
@@ -141,12 +141,8 @@ def sweep_cmd(
     gp_kw = {"ckpt_write_gbs": ckpt, "restart_s": restart, "failure_rate_per_gpu_hour": rate}
     setups = [(n, setup_from_flags(model, gpu, n, gpus_per_node, None, nic_gbps, nics_per_node, network,
                                    seq_len, global_batch_size, precision, None, {}).with_profile(profile)) for n in counts]
-    if fp8_recipe is not None or fp8_param_gather is not None:
-        import dataclasses  # noqa: PLC0415
-
-        extra = {k: v for k, v in (("fp8_recipe", fp8_recipe), ("fp8_param_gather", fp8_param_gather)) if v is not None}
-        for _, st in setups:
-            st.job = dataclasses.replace(st.job, **extra)  # validated by Job (the engine's lists when priced)
+    for _, st in setups:
+        st.job = with_fp8(st.job, fp8_recipe, fp8_param_gather)
     rows = sweep_rows(setups, n_tokens, price, gp_kw)
     s0 = setups[0][1]
     title = f"{s0.model.name} on {s0.cluster.gpu.id}, seq {s0.job.seq_len}, batch {s0.job.global_batch_size}"

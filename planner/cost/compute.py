@@ -256,7 +256,7 @@ def layer_times(
         fwd_gemm += f_
         bwd_gemm += b_
     if precision == "fp8":
-        qf, qb = fp8_quant_time(gemms, gpu, C, scheme=fp8 or "te")
+        qf, qb = fp8_quant_time(gemms, gpu, C, scheme=fp8)
         q_fwd, q_bwd = q_fwd + qf, q_bwd + qb
 
     heads_local = model.heads / tp

@@ -157,7 +157,7 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig,
     }
     comm = [
         {"kind": "tp", "link": links["tp"].link, "time_s": m * max(n * (6 if par.recompute == "full" else 4) * t_tp + (raw["last_tp_link_s"] if i == pp - 1 else 0.0)
-                                                                   + (t_tp if i == 0 else 0.0)
+                                                                   + (raw["first_extra"]["tp_comm"] if i == 0 else 0.0)
                                                                    for i, n in enumerate(lps)), "exposed_s": breakdown["tp_comm_exposed_s"]},
         {"kind": "pp", "link": links["pp"].link, "time_s": m * 2 * v * t_p2p, "exposed_s": breakdown["pp_comm_exposed_s"]},
         {"kind": "dp", "link": links["dp_cp"].link, "time_s": max(x["total_s"] for x in syncs), "exposed_s": breakdown["dp_comm_exposed_s"]},
@@ -206,5 +206,5 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig,
         engine=eng.name,
         resolved=filled,
         fp8_recipe=fp8_recipe(eng, job),
-        fp8_param_gather=par.zero >= 1 and fp8_gathers(eng, job),
+        fp8_param_gather=fp8_gathers(eng, job, par.zero),
     )

@@ -26,7 +26,7 @@ from planner.cost import memory as M
 from planner.cost.constants import Constants
 from planner.cost.flops import attn_proj_dims
 from planner.cost.memory_schedule import moment_table, steady_microbatches
-from planner.engines.policy import fp8_gathers
+from planner.engines.policy import fp8_gather_bytes, fp8_gathers
 from planner.engines.profile import Engine
 from planner.errors import InputError
 from planner.specs import Job, ModelSpec, ParallelConfig
@@ -88,7 +88,7 @@ def _stage_peak(model: ModelSpec, job: Job, key: tuple, stage: int, n: int, para
     if mem.states == "fsdp2" and pp > 1 and zero >= 2:
         grad_sync = "step"  # torch pipelining turns gradient sync off until the last micro-batch
     key = (prec, zero, job.grad_reduce, C, mem.states, grad_sync, mem.fp8_weight_cache, mem.foreach_optimizer_temp,
-           zero >= 1 and fp8_gathers(engine, job))
+           fp8_gathers(engine, job, zero))
     st = M.state_bytes_per_param(key[0], key[1], shard, *key[2:])
     st_e = M.state_bytes_per_param(key[0], key[1], shard_e, *key[2:])
     copies = 1.0  # DualPipeV (the V-shaped DualPipe, two chunks per rank) keeps one copy of the parameters
@@ -103,10 +103,7 @@ def _stage_peak(model: ModelSpec, job: Job, key: tuple, stage: int, n: int, para
 
     # --- parameters all-gathered (FSDP2, ZeRO-3) -----------------------------------------------------
     layer_p = (params["layers"] + exp_p) / max(1, n)
-    # FSDP gathers FP8 linear weights (torchao tensor-wise); torchao's grouped experts are not
-    # Float8Linear modules and stay 16-bit (Transformer Engine's are FP8 with fp8_model_init)
-    lin_b = 1.0 if fp8_gathers(engine, job) else 2.0
-    exp_b = lin_b if engine.fp8_casts == "te" else 2.0
+    lin_b, exp_b = fp8_gather_bytes(engine, job, zero)  # FP8 linear weights where the job gathers them
     layer_b = (lin_b * params["layers"] + exp_b * exp_p) / max(1, n)  # bytes of one layer gathered
     gathered, gathered_b, gathered_what = 0.0, 0.0, ""
     ag_pool = rs_pool = 0.0

@@ -19,7 +19,7 @@ from planner.cost.constants import Constants
 from planner.cost.flops import kv_exchange_width
 from planner.cost.memory_peak import stage_peak
 from planner.cost.recompute import op_sac_recomputed_gemm_share
-from planner.engines.policy import fp8_gathers
+from planner.engines.policy import fp8_gather_bytes
 from planner.engines.profile import Engine
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
@@ -84,8 +84,8 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
     s = job.seq_len
     links = group_links(cluster, ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp))
     has_moe = model.moe is not None and model.moe_layers > 0
-    lt_d = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, False, ep, C=C, fp8=fp8 or "te")
-    lt_m = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, True, ep, C=C, etp=etp, fp8=fp8 or "te") if has_moe else lt_d
+    lt_d = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, False, ep, C=C, fp8=fp8)
+    lt_m = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, True, ep, C=C, etp=etp, fp8=fp8) if has_moe else lt_d
     act_bytes = mb * s / cp * model.hidden * 2  # one b*s*h activation in 16-bit
     t_tp = tp_allreduce_time(links["tp"], act_bytes, sp)
     tp_fwd = 2 * t_tp
@@ -194,11 +194,12 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
         proj_w = gemm_time(2 * model.hidden, model.hidden / tp, tok, gpu, prec, C)
         proj_b = gemm_time(tok, 2 * model.hidden, model.hidden / tp, gpu, prec, C) + proj_w
         L = model.mtp_layers
-        last_link += L * (head_tp_link + (6 if full else 4) * t_tp + mtp_tp_time(links["tp"], act_bytes, sp))
+        t_mtp = mtp_tp_time(links["tp"], act_bytes, sp)
+        last_link += L * (head_tp_link + (6 if full else 4) * t_tp + t_mtp)
         for k, val in cost(*kind).items():
             last_extra[k] = last_extra.get(k, 0.0) + L * val
         last_extra["compute"] += L * (lg_f + lg_b + proj_f + proj_b)
-        last_extra["tp_comm"] += L * (head_tp + mtp_tp_time(links["tp"], act_bytes, sp))
+        last_extra["tp_comm"] += L * (head_tp + t_mtp)
         f_k, w_k = fw(*kind)
         mtp_f = L * (f_k + lg_f + proj_f)
         mtp_w = L * (min(w_k, f_k) + proj_w)
@@ -341,27 +342,20 @@ def stage_sync(cluster: ClusterSpec, job: Job, par: ParallelConfig, params: dict
     if exp_p:
         groups.append((links["edp"], exp_p))  # experts reduce over the expert data-parallel group
     red = sum(g.time(reduce_op, p * grad_b) for g, p in groups)
-    # Megatron --fp8-param-gather: the distributed optimizer all-gathers the FP8 weights (1 B)
-    if gather_once and fp8_gathers(engine, job):  # layers (and TE experts) at 1 B, embedding and output at 2 B
-        f8 = [params["layers"] + 2.0 * (params["embedding"] + params["output"])] + ([exp_p if engine.fp8_casts == "te" else 2.0 * exp_p] if exp_p else [])
-        gat = sum(g.time("allgather", b) for (g, _), b in zip(groups, f8))
-    else:
-        gat = sum(g.time("allgather", p * 2) for g, p in groups) if gather_once else 0.0
+    # The weights gathered: 16-bit, or FP8 linear weights (Megatron --fp8-param-gather through the
+    # distributed optimizer or Megatron-FSDP; torchao tensor-wise with enable_fsdp_float8_all_gather:
+    # FSDP2 casts the shard before the all-gather, torchao/float8/fsdp_utils.py
+    # WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather), as memory_peak holds them
+    lin_b, exp_b = fp8_gather_bytes(engine, job, par.zero)
+    gathered = [lin_b * params["layers"] + 2.0 * (params["embedding"] + params["output"]), exp_b * exp_p]  # per group
+    gat = sum(g.time("allgather", b) for (g, _), b in zip(groups, gathered)) if gather_once else 0.0
     bwd_w, fwd_w = n * bwd_layer_s, n * fwd_layer_s
     ogr = bool(par.overlap_grad_reduce)
     if mode.param_gather == "layer":
         gathers = (3 if par.recompute == "full" else 2) if mode.reshard_after_forward else 1
         z3 = _per_rank_links(links["dp_cp"], cluster)
         layer_p = (dense_p + exp_p) / max(1, n)
-        # FP8 weight gathers (torchao tensor-wise with enable_fsdp_float8_all_gather: FSDP2 casts
-        # the shard before the all-gather, torchao/float8/fsdp_utils.py
-        # WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather; Megatron-FSDP with
-        # --fp8-param-gather): the layers' linear weights at 1 B, the embedding and output layer
-        # at 2 B, torchao's grouped experts at 2 B (not Float8Linear modules), as memory_peak counts
-        lin_b = 1.0 if fp8_gathers(engine, job) else 2.0
-        exp_b = lin_b if engine.fp8_casts == "te" else 2.0
-        gather_b = (lin_b * params["layers"] + exp_b * exp_p + 2.0 * (params["embedding"] + params["output"])) / max(1, n)
-        t_g = z3.time("allgather", gather_b)
+        t_g = z3.time("allgather", sum(gathered) / max(1, n))
         t_rs = z3.time("reducescatter", layer_p * grad_b)
         comm = n * (gathers * t_g + t_rs)
         parts: tuple = ((m * comm, m * stage_time_s), (t_g, 0.0))

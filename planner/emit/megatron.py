@@ -260,7 +260,7 @@ def _batch_precision_args(v: PlanView) -> list[str]:
             recipe = fp8_recipe(eng, j)  # InputError for a recipe TE does not run (torchao's rowwise)
             if recipe != "delayed":  # Megatron's default (transformer_config.py fp8_recipe)
                 a += ["--fp8-recipe", recipe]
-            if fp8_gathers(eng, j) and v.parallel.zero >= 1:  # FP8 primary weights (arguments.py: distributed optimizer or FSDP)
+            if fp8_gathers(eng, j, v.parallel.zero):  # FP8 primary weights (arguments.py: distributed optimizer or FSDP)
                 a.append("--fp8-param-gather")
     return a
 

@@ -94,7 +94,7 @@ def titan_settings(v: PlanView, version: str) -> dict:
         "sequence_parallel": bool(p.sequence_parallel) or p.tp == 1,
         "local_batch_size": p.micro_batch_size * (v.num_microbatches if p.pp > 1 else 1),
         "global_batch_size": j.global_batch_size, "seq_len": j.seq_len,
-        "ac": p.recompute, "fp8": j.precision == "fp8", "fp8_recipe": recipe, "fp8_gather": fp8_gathers(eng, j) and p.zero >= 2,
+        "ac": p.recompute, "fp8": j.precision == "fp8", "fp8_recipe": recipe, "fp8_gather": fp8_gathers(eng, j, p.zero),
         "hf_assets_path": f"./assets/hf/{fl.hf_repo.split('/')[-1]}",
     }
     if p.pp > 1:

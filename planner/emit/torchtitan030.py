@@ -38,7 +38,7 @@ def torchtitan030_module(v: PlanView, s: dict, notes: list[str]) -> str:
     fl = s["flavor"]
     base = _BASE[(fl.name, fl.moe is not None)]
     head = provenance_lines(v, "torchtitan", TORCHTITAN030_TARGET) + notes
-    recipe = "" if s.get("fp8_recipe", "rowwise") == "rowwise" else f", recipe_name={s['fp8_recipe']!r}"  # 0.3.0's default is rowwise
+    recipe = "" if s["fp8_recipe"] in ("", "rowwise") else f", recipe_name={s['fp8_recipe']!r}"  # 0.3.0's default is rowwise
     reg = f"model_registry({fl.flavor!r}" + (f", converters=[Float8LinearConverter.Config(filter_fqns=['lm_head']{recipe})])" if s["fp8"] else ")")
     par = {"data_parallel_replicate_degree": s["dp_replicate"], "data_parallel_shard_degree": s["dp_shard"],
            "fsdp_reshard_after_forward": s["reshard"], "tensor_parallel_degree": s["tp"],

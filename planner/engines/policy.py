@@ -124,30 +124,39 @@ def resolve_job(job: Job, engine: Engine) -> Job:
     return replace(job, fp8_recipe=r) if r and r != job.fp8_recipe else job
 
 
-def fp8_scheme(engine: Engine, job: Job) -> str:
-    """How the FP8 casts of ``job`` run on ``engine`` (planner.cost.compute.fp8_quant_time): "" in
-    16-bit, "te" (Transformer Engine, any recipe), or "torchao-<recipe>"."""
+def fp8_casts(engine: Engine, job: Job, zero: int) -> str:
+    """How the FP8 casts of ``job`` run on ``engine`` with ZeRO stage ``zero``, as the cost model
+    prices them (planner.cost.fp8): "" in 16-bit, "te" (Transformer Engine, any recipe), or
+    "torchao-<recipe>", with "+fsdp8" where the weights arrive in FP8 from the FSDP all-gather."""
     r = fp8_recipe(engine, job)
     if not r:
         return ""
-    return "te" if engine.fp8_casts == "te" else f"torchao-{r}"
+    if engine.fp8_casts == "te":
+        return "te"
+    return f"torchao-{r}" + ("+fsdp8" if fp8_gathers(engine, job, zero) else "")
 
 
-def fp8_casts(engine: Engine, job: Job, zero: int) -> str:
-    """The cast scheme the cost model prices (planner.cost.fp8): :func:`fp8_scheme`, with
-    "+fsdp8" where the weights arrive from an FSDP all-gather in FP8 (``zero`` >= 2)."""
-    scheme = fp8_scheme(engine, job)
-    return scheme + "+fsdp8" if scheme.startswith("torchao") and zero >= 2 and fp8_gathers(engine, job) else scheme
-
-
-def fp8_gathers(engine: Engine, job: Job) -> bool:
-    """Whether ``job`` holds FP8 primary weights and all-gathers them in FP8 on ``engine``
-    (``Job.fp8_param_gather``, or the engine's launch default where unset): torchao tensor-wise
-    with enable_fsdp_float8_all_gather (torchtitan, on by default), Megatron's --fp8-param-gather
-    (off by default; with the distributed optimizer or Megatron-FSDP, ZeRO >= 1)."""
-    if fp8_recipe(engine, job) not in engine.fp8_gather_recipes:
+def fp8_gathers(engine: Engine, job: Job, zero: int) -> bool:
+    """Whether ``job`` holds FP8 primary weights and all-gathers them in FP8 on ``engine`` with
+    ZeRO stage ``zero`` (``Job.fp8_param_gather``, or the engine's launch default where unset):
+    torchao tensor-wise with enable_fsdp_float8_all_gather (torchtitan's FSDP, on by default),
+    Megatron's --fp8-param-gather (off by default). Only a sharded optimizer or FSDP gathers the
+    weights (ZeRO >= 1; Megatron arguments.py: "only supported with distributed optimizer, torch
+    fsdp2, megatron fsdp"); torchtitan has no ZeRO 1."""
+    if zero < 1 or fp8_recipe(engine, job) not in engine.fp8_gather_recipes:
         return False
     return engine.fp8_gather_default if job.fp8_param_gather is None else job.fp8_param_gather
+
+
+def fp8_gather_bytes(engine: Engine, job: Job, zero: int) -> tuple[float, float]:
+    """Bytes per parameter a weight all-gather moves and a gathered layer holds: (the layers'
+    linear weights, their routed experts), beside 2 B for the embedding and output layer. 2 and 2
+    in 16-bit; with FP8 gathers (:func:`fp8_gathers`) the linear weights at 1 B, and the experts
+    too under Transformer Engine (fp8_model_init makes TE's grouped experts FP8; torchao's
+    grouped experts are not Float8Linear modules and stay 16-bit)."""
+    if not fp8_gathers(engine, job, zero):
+        return 2.0, 2.0
+    return 1.0, (1.0 if engine.fp8_casts == "te" else 2.0)
 
 
 def mtp_rule(engine: Engine, model: ModelSpec) -> None:

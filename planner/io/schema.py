@@ -12,6 +12,7 @@ import math
 from typing import Any, Callable
 
 from planner.errors import InputError
+from planner.specs import FP8_RECIPES
 
 __all__ = [
     "MODEL_SCHEMA",
@@ -119,7 +120,7 @@ CLUSTER_SCHEMA: Schema = {
     "id": "any", "name": "any", "sources": "any", "notes": "any",
 }
 GRAD_REDUCE = _choice("auto", "fp32", "bf16")
-FP8_RECIPE = _choice("auto", "delayed", "tensorwise", "mxfp8", "blockwise", "rowwise", "rowwise_with_gw_hp")
+FP8_RECIPE = _choice(*FP8_RECIPES)
 JOB_SCHEMA: Schema = {"!seq_len": "seq", "!global_batch_size": "gbs", "precision": PRECISION, "grad_reduce": GRAD_REDUCE,
                       "fp8_recipe": FP8_RECIPE, "fp8_param_gather": "bool?"}
 HARDWARE_SCHEMA: Schema = {"!gpu": "str", "!num_gpus": "gpus", "gpus_per_node": "gpn?", "inter_node": "inter?", "intra_node": "intra?"}

@@ -9,7 +9,7 @@ from planner.cost.result import Estimate
 from planner.cost.stages import layer_costs, p2p_send_time, stage_time_parts
 from planner.cost.step import pipeline_form
 from planner.cost.flops import embedding_params, layer_params
-from planner.cost.memory import activation_bytes_per_layer, bytes_per_param, state_bytes_per_param
+from planner.cost.memory import activation_bytes_per_layer, state_bytes_per_param
 from planner.engines.policy import fp8_gathers
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
@@ -26,7 +26,8 @@ def states_bound_fn(model: ModelSpec, precision: str, C: Constants, min_first: i
     stage, ignoring activations (a lower bound of the peak memory). ``engine``: its model-state
     recipe (planner.cost.memory.state_bytes_per_param: what every moment of its step holds).
     ``parts``: return (bytes per layer, bytes of the embedding on the first stage) instead.
-    ``fp8_params``: FP8 primary weights with ZeRO >= 1 (planner.engines.fp8_gathers)."""
+    ``fp8_params``: FP8 primary weights wherever the weights are sharded (ZeRO >= 1;
+    planner.engines.fp8_gathers)."""
     # With dense first layers (DeepSeek-V3) a stage may hold either kind, so each layer is
     # counted at the cheaper of the two: the bound stays a lower bound for any split.
     kinds = [layer_params(model, moe_layer=False)]
@@ -39,17 +40,12 @@ def states_bound_fn(model: ModelSpec, precision: str, C: Constants, min_first: i
 
     def bpp(zero: int, shard: int) -> float:
         if (zero, shard) not in bpp_cache:
-            f8 = fp8_params and zero >= 1
-            if engine is None:
-                b = bytes_per_param(precision, zero, shard, grad_reduce, C)
-                if f8:
-                    b = {**b, "weights": 1.0 / shard if zero >= 3 else 1.0}
-                bpp_cache[(zero, shard)] = sum(b.values())
-            else:
-                mem = engine.memory
-                st = state_bytes_per_param(precision, zero, shard, grad_reduce, C, mem.states, "step", mem.fp8_weight_cache,
-                                           fp8_params=f8 and mem.states != "fsdp2")
-                bpp_cache[(zero, shard)] = st["weights"] + st["gradients"] + st["optimizer"]
+            # no engine: Megatron's recipe with TE's FP8 weight copy (memory.bytes_per_param)
+            states, cache = ("megatron", C.FP8_WEIGHT_COPY_BYTES_PER_PARAM) if engine is None else \
+                (engine.memory.states, engine.memory.fp8_weight_cache)
+            st = state_bytes_per_param(precision, zero, shard, grad_reduce, C, states, "step", cache,
+                                       fp8_params=fp8_params and zero >= 1)
+            bpp_cache[(zero, shard)] = st["weights"] + st["gradients"] + st["optimizer"]
         return bpp_cache[(zero, shard)]
 
     def bound(tp: int, pp: int, dp: int, cp: int, ep: int, zero: int) -> float:
@@ -101,7 +97,7 @@ def memory_bound_fn(model: ModelSpec, job: Job, C: Constants, engine, capacity_b
 
     mem = engine.memory
     states = states_bound_fn(model, job.precision, C, grad_reduce=job.grad_reduce, engine=engine, parts=True,
-                             fp8_params=engine is not None and fp8_gathers(engine, job))
+                             fp8_params=fp8_gathers(engine, job, 1))
     kinds = [False] if model.moe is None or not model.moe_layers else ([True] if model.moe_layers == model.layers else [False, True])
     L, s, h = model.layers, job.seq_len, model.hidden
     kw = dict(C=C, dropout=mem.dropout, rope_copies=mem.rope_copies, selective=mem.selective, fp8_saved_bytes=mem.fp8_saved_input_bytes)

@@ -284,7 +284,7 @@ def hetero_plan(model: ModelSpec, hc: HeteroCluster, job: Job, fixed: dict | Non
     deadline = time.perf_counter() + time_limit_s
     eng, C = get_engine(engine), constants or DEFAULT_CONSTANTS
     job = resolve_job(job, eng)  # the FP8 recipe the engine runs (checked)
-    states_of = states_bound_fn(model, job.precision, C, grad_reduce=job.grad_reduce, fp8_params=fp8_gathers(eng, job))
+    states_of = states_bound_fn(model, job.precision, C, grad_reduce=job.grad_reduce, fp8_params=fp8_gathers(eng, job, 1))
     cap = max(g.gpu.memory_bytes for g in hc.groups)
     pool = []
     for par in _candidates(model, hc, job, dict(fixed or {}), eng):

@@ -161,8 +161,9 @@ _REC = {"none": 0, "selective": 1, "full": 2}
 
 
 # Times the layer-split program is solved again when its proposal misses the exact memory
-# limit (each with the limit lowered by the miss).
+# limit (each with the overflowing stages' limits lowered by their memory lines' error).
 _SPLIT_REPAIRS = 2
+
 
 def _tuple_key(t: tuple) -> tuple:
     tp, pp, dp, cp, ep, v, mb, rec, z, sched = t
@@ -238,7 +239,7 @@ def plan(
         raise explain_no_candidates(model, cluster, job, opts)
     nearest: tuple | None = None  # (bytes, estimate or None, parallel)
     states_of = states_bound_fn(model, job.precision, C, grad_reduce=job.grad_reduce, engine=eng,  # valid for any layer split
-                                fp8_params=fp8_gathers(eng, job))
+                                fp8_params=fp8_gathers(eng, job, 1))
     given = {k: fixed.get(k) for k in ("sequence_parallel", "attention", "tp_comm_overlap", "async_tp_allreduce",
                                          "overlap_grad_reduce", "overlap_param_gather")}
     disp = fixed.get("moe_dispatcher") or "alltoall"  # not searched: the fixed one, else the engine's all-to-all

@@ -48,7 +48,8 @@ def test_each_engine_runs_its_own_recipes():
     with pytest.raises(InputError, match="job.fp8_param_gather"):
         resolve_job(_job("rowwise", True), TT)  # torchao gathers FP8 only tensor-wise
     assert resolve_job(FP8, TT).fp8_recipe == "rowwise"
-    assert fp8_gathers(TT, _job("tensorwise")) and not fp8_gathers(TT, _job("tensorwise", False))
+    assert fp8_gathers(TT, _job("tensorwise"), 3) and not fp8_gathers(TT, _job("tensorwise", False), 3)
+    assert not fp8_gathers(TT, _job("tensorwise"), 0)  # no sharding, no weight gathers
     assert fp8_casts(TT, _job("tensorwise"), 3) == "torchao-tensorwise+fsdp8" and fp8_casts(TT, _job("tensorwise"), 0) == "torchao-tensorwise"
     assert fp8_casts(MC, _job("mxfp8"), 1) == "te"
 
