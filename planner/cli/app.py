@@ -112,12 +112,18 @@ def _usage_message(exc) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: runs the app and maps exceptions to exit codes."""
     import planner.cli  # noqa: F401,PLC0415  (registers the commands)
+    from planner.cli.common import SCENARIO_RUN  # noqa: PLC0415
     from planner.search.plan import TIME_LIMIT_S  # noqa: PLC0415
+
+    def where(message: str) -> str:  # the scenario run the error is about, when one was read
+        run = SCENARIO_RUN.get()
+        return f"{message} ({run})" if run and run not in message else message
 
     debug = "--debug" in (argv if argv is not None else sys.argv[1:]) or os.environ.get("PLANNER_DEBUG")
     args = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--debug"]
     token = None
     rc = None
+    run_token = SCENARIO_RUN.set(None)  # each call names only the run it read
     try:
         args, limit = _time_limit(args)
         if limit is not None:
@@ -127,12 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         if debug:
             raise
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {where(str(exc))}", err=True)
         return 2
     except NoFeasiblePlan as exc:
         if debug:
             raise
-        typer.echo(f"no plan fits: {exc}", err=True)
+        typer.echo(f"no plan fits: {where(str(exc))}", err=True)
         for hint in exc.hints:
             typer.echo(f"  hint: {hint}", err=True)
         if "--json" in args:  # scripts reading stdout get a document, not an empty file
@@ -164,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         typer.echo(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for a traceback)", err=True)
         return 4
     finally:
+        SCENARIO_RUN.reset(run_token)
         if token is not None:
             TIME_LIMIT_S.reset(token)
     return rc if isinstance(rc, int) and not isinstance(rc, bool) else 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import dataclasses
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from planner import __version__
@@ -16,7 +17,12 @@ from planner.search.space import SearchOptions
 from planner.specs import ClusterSpec, Job, ModelSpec
 from planner.units import fmt_precision
 
-__all__ = ["Setup", "setup_from_cli", "setup_from_flags", "setup_from_scenario", "fixed_from_flags", "plan_document", "emit_json", "DEFAULTS"]
+__all__ = ["Setup", "setup_from_cli", "setup_from_flags", "setup_from_scenario", "fixed_from_flags", "plan_document", "emit_json", "DEFAULTS",
+           "SCENARIO_RUN"]
+
+# The scenario run the command prices ("run ID of FILE"), set by setup_from_scenario: the CLI's
+# one-line error names it, so a refusal of a value read from the file says which run it came from.
+SCENARIO_RUN: ContextVar[str | None] = ContextVar("SCENARIO_RUN", default=None)
 
 # The built-in example: Llama 3.1 70B on 64 H100 (8 DGX H100 nodes, 8 x 400 Gb/s NDR each),
 # 8K sequence, 2M-token global batch. It is the one default cluster of every command that
@@ -150,6 +156,7 @@ def setup_from_scenario(path: str, run_id: str | None) -> Setup:
 
     from planner.calibration.datasets import SETS, dataset_path  # noqa: PLC0415
 
+    shown = path  # a shipped set by its name
     if path in SETS and not Path(path).exists():
         path = str(dataset_path(path))
     data = read_mapping(path)
@@ -168,6 +175,7 @@ def setup_from_scenario(path: str, run_id: str | None) -> Setup:
             raise InputError("--id", run_id, f"a run id in {path}" + (f" ({hint})" if hint else ""))
         raw = matches[0]
     run = run_from_dict(raw, f"runs[{run_id}]")
+    SCENARIO_RUN.set(f"run {run.id} of {shown}")
     from planner.calibration.datasets import run_engine  # noqa: PLC0415
     from planner.calibration.validate import fixed_fields, with_sidecars  # noqa: PLC0415
 

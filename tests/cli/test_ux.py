@@ -400,3 +400,14 @@ def test_terminal_pictures_script_records_the_plan(tmp_path, monkeypatch):
     assert "recommended:" in svg.replace("&#160;", " ") and "https://cdnjs" not in svg
     for name in ("plan", "plan-explain"):
         assert (REPO / "docs" / "img" / f"{name}.svg").exists(), name
+
+
+def test_a_refusal_of_a_scenario_run_names_the_run(capsys):
+    """A value read from a runs file that the engine refuses says which run it came from; the
+    next command in the same process does not inherit the name."""
+    rid = "mb2511-qwen3_30b_a3b-fp8mx-8b200"
+    code, _, err = run(capsys, "estimate", "--scenario", "modern", "--id", rid, "--engine", "torchtitan")
+    assert code == 2 and err.count("\n") == 1
+    assert "job.fp8_recipe" in err and f"(run {rid} of modern)" in err
+    code, _, err = run(capsys, "estimate", *SMALL, "--tp", "3")
+    assert code == 2 and "(run " not in err
