@@ -327,11 +327,19 @@ def layer_kernels(model: ModelSpec, tp: int, sequence_parallel: bool, flash: boo
         c = 4 if sequence_parallel else 2
         f, b = f + c, b + c
     if model.moe is not None and moe_layer:
-        # The grouped expert GEMMs are issued from one C++ loop (TE GroupedLinear), so they count
-        # once here; the router, top-k/softmax/aux loss, permute/unpermute, all-to-alls, the
-        # activation and the two expert GEMMs replace the dense MLP's two.
-        f += 1 + 4 + 6 + 2 + 3 - 2
-        b += 2 + 4 + 6 + 2 + 6 - 4
+        # Counted from Megatron-core's MoE forward as the Megatron-Bridge recipes run it (router
+        # and permute fusion on, alltoall dispatcher, TEGroupedMLP; docs/cost_model_modern.md
+        # "MoE host work"): the router gate GEMM (router.py gating) and the fused top-k/softmax
+        # and aux-loss kernels (moe_utils.py, 7); the dispatcher's split bookkeeping with its
+        # count all-gather (token_dispatcher.py preprocess, 7) and 4 device-to-host copies; 3
+        # all-to-alls; TE's permute (4), the two chunk sorts (2 + 2) and the unpermute (1); the
+        # grouped fc1, the activation and the grouped fc2 (3), in place of the dense MLP's 4.
+        # The grouped GEMMs' per-expert cuBLAS calls are issued from one C++ loop (TE
+        # GroupedLinear), so each grouped call counts once. Backward, by the same count: 41
+        # kernels against the dense layer's 23 (autograd of the fused router, permutes and
+        # all-to-alls, the grouped data and weight gradients once each).
+        f += 1 + 7 + 7 + 4 + 3 + 4 + 2 + 2 + 1 + 3 - 4
+        b += 18
         if model.moe.shared_experts:
             f, b = f + 2, b + 4
     return f, b
