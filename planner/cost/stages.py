@@ -23,7 +23,7 @@ from planner.engines.policy import fp8_gather_bytes
 from planner.engines.profile import Engine
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
-__all__ = ["p2p_send_time", "layer_costs", "a2a_merged_fraction", "stage_time_parts", "dense_in", "dense_counts", "stage_memory", "stage_sync", "overlap_exposed",
+__all__ = ["p2p_send_time", "pp_comm_exposed", "layer_costs", "a2a_merged_fraction", "stage_time_parts", "dense_in", "dense_counts", "stage_memory", "stage_sync", "overlap_exposed",
            "embedding_sync_time", "StageSync", "host_exposed", "layer_host_s", "stage_fw"]
 
 
@@ -58,13 +58,14 @@ def a2a_merged_fraction(par: ParallelConfig, m: int) -> float:
 
 
 def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, C: Constants, merged: float | None = None,
-                sac: str = "korthikanti", fp8: str = "te") -> tuple:
+                sac: str = "korthikanti", fp8: str = "te", p2p_overlap: bool = False) -> tuple:
     """Per layer and micro-batch on one GPU: (dense costs, MoE costs, last-stage extra,
     per-stage pipeline send/recv, raw times), each cost a dict of seconds by kind.
     ``merged``: the share of passes whose expert all-to-all overlaps another micro-batch's
     compute (default: :func:`a2a_merged_fraction` when ``par.moe_a2a_overlap``, else 0).
     ``sac``: the engine's selective-recompute policy; ``fp8``: its FP8 cast scheme
-    (:func:`planner.engines.fp8_casts`).
+    (:func:`planner.engines.fp8_casts`); ``p2p_overlap``: the engine runs the interleaved
+    schedule's send/recv under other chunks' compute (:attr:`planner.engines.profile.Engine.overlap_p2p_comm`).
 
     Cached on the fields that matter (not ZeRO or the layer split), so the search reuses it."""
     if merged is None:
@@ -72,13 +73,14 @@ def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelC
     key = (par.tp, par.pp, par.dp, par.cp, par.ep, par.vpp, par.micro_batch_size, par.recompute,
            bool(par.sequence_parallel and par.tp > 1), bool(par.tp_comm_overlap), bool(par.async_tp_allreduce), par.attention == "flash",
            par.etp or par.tp, merged, par.moe_dispatcher or "alltoall", par.cuda_graph or "none",
-           sac if par.recompute == "selective" else "korthikanti", fp8 if job.precision == "fp8" else "")
+           sac if par.recompute == "selective" else "korthikanti", fp8 if job.precision == "fp8" else "",
+           bool(p2p_overlap and par.pp > 1 and (par.vpp or 1) > 1))
     return _layer_costs(model, cluster, job, key, C)
 
 
 @lru_cache(maxsize=65536)
 def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C: Constants) -> tuple:
-    tp, pp, dp, cp, ep, v, mb, rec, sp, tpo, asy, flash, etp, merged, disp, graph, sac, fp8 = key
+    tp, pp, dp, cp, ep, v, mb, rec, sp, tpo, asy, flash, etp, merged, disp, graph, sac, fp8, p2p_ovl = key
     gpu = cluster.gpu
     prec = job.precision
     s = job.seq_len
@@ -210,7 +212,12 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
            # the input embedding (VocabParallelEmbedding) on the first stage: its output all-reduced
            # over the tensor group, or with SP reduce-scattered (all-gathered in backward):
            # Megatron-core tensor_parallel/layers.py, one tensor-parallel exchange per micro-batch
-           "first_extra": {"tp_comm": t_tp}}
+           "first_extra": {"tp_comm": t_tp},
+           # Interleaved with overlap_p2p_comm (Megatron-core schedules.py): each chunk's send/recv
+           # is posted asynchronously and waited before the chunk that needs it, under the other
+           # chunks' compute; the shared overlap efficiency of the shorter of the two is hidden
+           # (stages.pp_comm_exposed). Otherwise (1F1B, batched isend/irecv) it blocks.
+           "p2p_overlap_eta": C.COMM_COMPUTE_OVERLAP_EFFICIENCY if p2p_ovl else 0.0}
     return cost(lt_d, False), cost(lt_m, True), last_extra, (2 * v * t_p2p if pp > 1 else 0.0), raw
 
 
@@ -251,8 +258,16 @@ def stage_time_parts(costs: tuple, n: int, n_dense: int, last: bool, first: bool
     for extra in extras:
         for k, val in extra.items():
             parts[k] = parts.get(k, 0.0) + val
-    parts["pp_comm"] = pp_comm
+    parts["pp_comm"] = pp_comm_exposed(costs, parts["compute"] + parts["recompute"])
     return parts
+
+
+def pp_comm_exposed(costs: tuple, compute_s: float) -> float:
+    """Seconds per micro-batch of a stage's pipeline send/recv left on its critical path beside
+    ``compute_s`` of its compute: all of it when the engine blocks on it, else what
+    :func:`overlap_exposed` leaves with the raw ``p2p_overlap_eta`` efficiency."""
+    pp_comm, eta = costs[3], costs[4]["p2p_overlap_eta"]
+    return pp_comm - eta * min(pp_comm, compute_s)
 
 
 def stage_fw(costs: tuple, n: int, n_dense: int, last: bool) -> tuple[float, float]:

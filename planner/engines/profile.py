@@ -170,6 +170,9 @@ class Engine:
     moe_flex_dispatcher: bool = False  # DeepEP / HybridEP token dispatch (one copy per destination rank and node)
     cuda_graphs: bool = False  # CUDA-graph capture of layers or of the whole step (--cuda-graph-impl)
     mtp: bool = False  # multi-token prediction modules on the last pipeline stage (--mtp-num-layers)
+    # the interleaved schedule's send/recv posted asynchronously and waited only before the chunk
+    # that needs it, so it runs under other chunks' compute (Megatron-LM overlap_p2p_comm)
+    overlap_p2p_comm: bool = False
     # FP8: the recipes the engine runs (specs.FP8_RECIPES), the one "auto" means, and whose casts
     # it runs: "te" (Transformer Engine's fused cast-transpose kernels, FP8 weight copies cached for
     # the step) or "torchao" (torchao Float8Linear: a dynamic cast of each GEMM operand, the bf16
@@ -250,6 +253,7 @@ def _from_dict(d: dict, where: str) -> Engine:
         moe_flex_dispatcher=bool(feats.get("moe_flex_dispatcher", False)),
         cuda_graphs=bool(feats.get("cuda_graphs", False)),
         mtp=bool(feats.get("mtp", False)),
+        overlap_p2p_comm=bool(feats.get("overlap_p2p_comm", False)),
         **_fp8(d.get("fp8") or {}, where),
     )
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from planner.cost.constants import DEFAULT_CONSTANTS, Constants
 from planner.cost.estimate import estimate
-from planner.cost.stages import dense_counts, layer_costs, stage_fw
+from planner.cost.stages import dense_counts, layer_costs, stage_fw, stage_time_parts
 from planner.cost.step import pipeline_form, pipeline_time
 from planner.engines import DEFAULT_ENGINE, default_split, fp8_casts, get_engine
 from planner.cost.result import Estimate
@@ -138,7 +138,8 @@ def stage_phases(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parallel
     """Per stage ``{"fwd_s", "bwd_s", "recompute_s", "pp_comm_s"}`` for one micro-batch (all of
     the rank's virtual stages together) of the resolved ``par``, and the seconds of one pipeline send."""
     eng = get_engine(engine)
-    costs = layer_costs(model, cluster, job, par, C, sac=eng.memory.selective, fp8=fp8_casts(eng, job, par.zero))
+    costs = layer_costs(model, cluster, job, par, C, sac=eng.memory.selective, fp8=fp8_casts(eng, job, par.zero),
+                        p2p_overlap=eng.overlap_p2p_comm)
     cost_d, cost_m, last_extra, pp_comm, raw = costs
     lps = par.layers_per_stage or default_split(model, par.pp, par.vpp, get_engine(engine))
     dcounts = dense_counts(model, tuple(lps))
@@ -171,7 +172,8 @@ def stage_phases(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parallel
             f += raw["first_extra"]["tp_comm"] / 2
             b += raw["first_extra"]["tp_comm"] / 2
         fw_f, fw_w = stage_fw(costs, n, nd, i == par.pp - 1)
-        out.append({"fwd_s": f, "bwd_s": b, "recompute_s": r, "pp_comm_s": pp_comm, "wgrad_s": fw_w, "fw_f_s": fw_f})
+        pp_i = stage_time_parts(costs, n, nd, i == par.pp - 1, i == 0)["pp_comm"]  # what the schedule leaves exposed
+        out.append({"fwd_s": f, "bwd_s": b, "recompute_s": r, "pp_comm_s": pp_i, "wgrad_s": fw_w, "fw_f_s": fw_f})
     return out, (raw["t_p2p"] if par.pp > 1 else 0.0)
 
 

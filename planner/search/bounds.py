@@ -167,10 +167,15 @@ def per_layer_time(model: ModelSpec, cluster: ClusterSpec, job: Job, lk: tuple, 
     return ((model.layers - n_moe) * dense + n_moe * moe) / model.layers, least
 
 
-def p2p_per_stage(model: ModelSpec, cluster: ClusterSpec, job: Job, pk: tuple, C: Constants) -> float:
-    """Seconds of pipeline send/recv one stage pays per micro-batch (all its virtual stages)."""
+def p2p_per_stage(model: ModelSpec, cluster: ClusterSpec, job: Job, pk: tuple, C: Constants, overlap: bool = False) -> float:
+    """The least seconds of pipeline send/recv one stage leaves exposed per micro-batch (all its
+    virtual stages): all of it, or with ``overlap`` (an engine that overlaps the interleaved
+    schedule's send/recv, stages.pp_comm_exposed) the share no compute window hides."""
     tp, cp, dp, pp, mb, v = pk
-    return 2 * v * p2p_send_time(model, cluster, job, tp, pp, dp, cp, mb) if pp > 1 else 0.0
+    if pp <= 1:
+        return 0.0
+    hidden = C.COMM_COMPUTE_OVERLAP_EFFICIENCY if (overlap and v > 1) else 0.0
+    return (1 - hidden) * 2 * v * p2p_send_time(model, cluster, job, tp, pp, dp, cp, mb)
 
 
 def step_lower_bound(layers: int, pp: int, v: int, m: int, per_layer: tuple[float, float], p2p_s: float, overhead_s: float,

@@ -279,7 +279,7 @@ def plan(
         m = job.global_batch_size // (mb * dp)
         pk = (tp, cp, dp, pp, mb, v)
         if pk not in p2p_cache:
-            p2p_cache[pk] = p2p_per_stage(model, cluster, job, pk, C) if pp > 1 else 0.0
+            p2p_cache[pk] = p2p_per_stage(model, cluster, job, pk, C, eng.overlap_p2p_comm) if pp > 1 else 0.0
         lb = step_lower_bound(model.layers, pp, v, m, per_layer_cache[lk], p2p_cache[pk], C.STEP_OVERHEAD_S, split_unit(v, eng),
                               pipeline_form(sched, m, v, pp))
         bounded.append((lb, _tuple_key(t), t, a2a))

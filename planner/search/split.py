@@ -63,7 +63,8 @@ def stage_affine(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parallel
     resolved configuration ``par``."""
     pp, v = par.pp, par.vpp
     m = par.num_microbatches(job.global_batch_size)
-    costs = layer_costs(model, cluster, job, par, C, sac=engine.memory.selective, fp8=fp8_casts(engine, job, par.zero))
+    costs = layer_costs(model, cluster, job, par, C, sac=engine.memory.selective, fp8=fp8_casts(engine, job, par.zero),
+                        p2p_overlap=engine.overlap_p2p_comm)
     bwd, fwd = costs[4]["bwd_dense_s"], costs[4]["fwd_dense_s"]
     times, syncs, opts, mems, fwds, wgrads = [], [], [], [], [], []
     dense = model.dense_layers if model.moe is not None else 0

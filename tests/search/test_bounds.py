@@ -57,7 +57,7 @@ def test_step_lower_bound_never_exceeds_the_estimate(seed, engine):
         graph = ("none", "layer", "full_iteration")[seed % 3] if engine is None else "none"
         par = to_parallel(t, {"cuda_graph": graph})
         f = engine_flags(eng, cluster.gpu, tp, z, None, pp)
-        p2p = p2p_per_stage(model, cluster, job, (tp, cp, dp, pp, mb, v), C) if pp > 1 else 0.0
+        p2p = p2p_per_stage(model, cluster, job, (tp, cp, dp, pp, mb, v), C, eng.overlap_p2p_comm) if pp > 1 else 0.0
         lk = (tp, cp, ep, mb, rec, f["sequence_parallel"], f["tp_comm_overlap"], f["async_tp_allreduce"], f["attention"],
               default_etp(tp, dp, cp, ep), a2a_overlap_why(eng, model, ep, rec, pp, v, sched) is None, "alltoall", graph)
         per_layer = per_layer_time(model, cluster, job, lk, C, sac=eng.memory.selective)
