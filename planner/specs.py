@@ -366,6 +366,11 @@ class Job:
     # Whether FSDP all-gathers the linear weights in FP8 (torchao tensor-wise
     # enable_fsdp_float8_all_gather); None: what the engine's launch does for the recipe.
     fp8_param_gather: bool | None = None
+    # Whether tensor parallelism all-gathers the activations in FP8 (torchao's Float8 TP styles with
+    # the tensor-wise recipe: torchtitan before its converter became quantize.linear.float8, whose
+    # apply_tp tests '"float8" in model.converters'); None: what the engine does (bf16 on every
+    # engine the planner describes).
+    fp8_tp_gather: bool | None = None
 
     def __post_init__(self) -> None:
         _positive_int("job.seq_len", self.seq_len)
@@ -377,6 +382,8 @@ class Job:
             raise InputError("job.fp8_recipe", self.fp8_recipe, f"auto for a 16-bit ({self.precision}) run (a scaling recipe needs precision fp8)")
         if self.fp8_param_gather is not None and (not isinstance(self.fp8_param_gather, bool) or self.precision != "fp8"):
             raise InputError("job.fp8_param_gather", self.fp8_param_gather, "true or false, with precision fp8 (else leave it unset)")
+        if self.fp8_tp_gather is not None and (not isinstance(self.fp8_tp_gather, bool) or self.precision != "fp8"):
+            raise InputError("job.fp8_tp_gather", self.fp8_tp_gather, "true or false, with precision fp8 (else leave it unset)")
         if self.grad_reduce == "bf16" and self.precision == "fp16":
             raise InputError("job.grad_reduce", self.grad_reduce, "auto or fp32 for an fp16 run (bf16 gradients need bf16 or fp8 training)")
         if self.seq_len > 16_777_216:
@@ -391,9 +398,9 @@ class Job:
 
 def job_options(block: dict) -> dict:
     """The optional Job fields a job block of a runs file or plan document gives (precision,
-    grad_reduce, fp8_recipe, fp8_param_gather); Job's own defaults fill the rest."""
+    grad_reduce, fp8_recipe, fp8_param_gather, fp8_tp_gather); Job's own defaults fill the rest."""
     out = {k: block[k] for k in ("precision", "grad_reduce") if k in block}
-    out.update({k: block[k] for k in ("fp8_recipe", "fp8_param_gather") if block.get(k) is not None})  # null: unknown, the defaults
+    out.update({k: block[k] for k in ("fp8_recipe", "fp8_param_gather", "fp8_tp_gather") if block.get(k) is not None})  # null: unknown, the defaults
     return out
 
 

@@ -145,8 +145,9 @@ def _overlaps(cj: CheckedJob, e: Estimate) -> list[Finding]:
         tries.append(("overlap_param_gather", {"overlap_param_gather": True, "overlap_grad_reduce": True}, dp_exposed, "data-parallel traffic",
                       "the ZeRO weight all-gather beside the next forward"))
     if not p.tp_comm_overlap and eng.tp_comm_overlap and p.sequence_parallel and p.tp > 1:
-        tries.append(("tp_comm_overlap", {"tp_comm_overlap": True}, tp_exposed, "tensor-parallel all-gather/reduce-scatter",
-                      "each all-gather/reduce-scatter pipelined with its GEMM"))
+        how = ("parallelism.enable_async_tensor_parallel with compile.enable: each all-gather/reduce-scatter micro-pipelined with its matmul"
+               if eng.name == "torchtitan" else "each all-gather/reduce-scatter pipelined with its GEMM")
+        tries.append(("tp_comm_overlap", {"tp_comm_overlap": True}, tp_exposed, "tensor-parallel all-gather/reduce-scatter", how))
     for name, fields, exposed, what, how in tries:
         alt = what_if(cj, **fields)
         if alt is not None and alt.step_time_s < step * 0.999:

@@ -292,16 +292,13 @@ def _parallel(d: Draft, s: TitanSettings, shape: dict, cluster) -> None:
     if asynctp and not (s.get("compile.enable") and "model" in (s.get("compile.components") or [])):
         raise InputError(s.where(P + "enable_async_tensor_parallel"), True, "compile.enable with 'model' in compile.components "
                          "(distributed/tensor_parallel.py:16-25)")
-    d.set("parallel.tp_comm_overlap", False, s.kind(P + "enable_async_tensor_parallel"), s.where(P + "enable_async_tensor_parallel"))
+    d.set("parallel.tp_comm_overlap", asynctp and tp > 1, s.kind(P + "enable_async_tensor_parallel"), s.where(P + "enable_async_tensor_parallel"))
     d.default("parallel.moe_a2a_overlap", False, "torchtitan: no expert all-to-all overlap with another micro-batch")
     d.default("parallel.moe_dispatcher", "alltoall", "torchtitan: its all-to-all token dispatch")
     d.default("parallel.cuda_graph", "none", "torchtitan: priced as eager launches")
     if s.version != "0.2.2" and pp == 1 and s.get("training.disable_cuda_graphs") is not True:
         d.unmodelled.append("training.disable_cuda_graphs is not set: torchtitan 0.3.0 captures the training step in a CUDA graph "
                             "by default without a pipeline (trainer.py); priced as eager launches")
-    if asynctp and tp > 1:
-        d.unmodelled.append("enable_async_tensor_parallel: async TP (micro-pipelined TP collectives under torch.compile); the "
-                            "torchtitan engine profile prices TP collectives exposed")
     d.set("parallel.async_tp_allreduce", False, "default", "DTensor TP: blocking collectives (engine torchtitan)")
     d.set("parallel.overlap_grad_reduce", True, "default", "FSDP2 reduce-scatters each block during the backward (DDP: buckets)")
     from planner.engines import engine_flags, get_engine  # noqa: PLC0415

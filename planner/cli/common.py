@@ -255,7 +255,7 @@ def plan_document(setup: Setup, plans: list, search: dict | None) -> dict:
         "planner_version": __version__,
         "model": model,
         "job": {"seq_len": j.seq_len, "global_batch_size": j.global_batch_size, "precision": j.precision, "grad_reduce": j.grad_reduce,
-                "fp8_recipe": j.fp8_recipe, "fp8_param_gather": j.fp8_param_gather},
+                "fp8_recipe": j.fp8_recipe, "fp8_param_gather": j.fp8_param_gather, "fp8_tp_gather": j.fp8_tp_gather},
         "hardware": hardware,
         "engine": setup.engine,
         "constants": _changed_constants(setup.constants),

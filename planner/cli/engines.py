@@ -36,7 +36,8 @@ def feature_row(e) -> tuple[str, ...]:
     zero = ",".join(map(str, e.zero_stages)) + f" (<= {e.max_zero_with_pp})"
     overlaps = [n for n, b in (("grad", e.overlap_grad_reduce), ("param", e.overlap_param_gather)) if b]
     return (e.name, _yes(e.tensor_parallel), sp, _yes(e.context_parallel), _yes(e.expert_parallel), _yes(e.flash_attention),
-            "/".join(e.recompute), zero, ", ".join(e.schedules), _yes(e.uneven_interleaving), _yes(e.tp_comm_overlap),
+            "/".join(e.recompute), zero, ", ".join(e.schedules), _yes(e.uneven_interleaving),
+            ("on request" if e.tp_comm_overlap_default is False else "yes") if e.tp_comm_overlap else "-",
             "+".join(overlaps) or "-", _yes(e.moe_a2a_overlap), _yes(e.moe_flex_dispatcher), _yes(e.cuda_graphs))
 
 

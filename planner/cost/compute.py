@@ -32,7 +32,7 @@ from planner.specs import GpuSpec, ModelSpec
 __all__ = [
     "supports_flash",
     "LayerTimes", "gemm_time", "layer_times", "logits_times", "gpu_generation", "shape_half_dim",
-    "attention_efficiency", "moe_load_factor", "fp8_quant_time", "layer_kernels",
+    "attention_efficiency", "moe_load_factor", "fp8_quant_time", "layer_kernels", "stream_time",
 ]
 
 ACT_BYTES = 2  # bf16/fp16 activations
@@ -91,7 +91,7 @@ def _gemm_fwd_bwd(m: float, n: float, k: float, gpu: GpuSpec, precision: str, C:
     return fwd, bwd
 
 
-def _stream_time(nbytes: float, gpu: GpuSpec, kernels: int, C: Constants) -> float:
+def stream_time(nbytes: float, gpu: GpuSpec, kernels: int, C: Constants) -> float:
     return nbytes / (gpu.hbm_bandwidth_bytes_per_s * C.HBM_STREAM_EFFICIENCY) + kernels * C.ELEMENTWISE_KERNEL_OVERHEAD_S
 
 
@@ -120,13 +120,20 @@ class LayerTimes:
         return self.bwd_gemm_s + self.bwd_attn_s + self.bwd_elementwise_s + self.bwd_quant_s
 
 
-def attention_efficiency(gpu: GpuSpec, kv_len: float, C: Constants) -> float:
+def attention_efficiency(gpu: GpuSpec, kv_len: float, C: Constants, head_dim: float | None = None) -> float:
     """Flash-attention fwd+bwd achieved / dense 16-bit peak for kernel calls over ``kv_len``
-    keys: the per-generation in-training figure at 8K scaled by s / (s + s_half)
-    (constants.FLASH_ATTENTION_SEQ_HALF, fit to FA3's sequence sweep)."""
+    keys: the per-generation in-training figure at 8K and head dimension 128 scaled by
+    s / (s + s_half) (constants.FLASH_ATTENTION_SEQ_HALF, fit to FA3's sequence sweep) and by
+    d / (d + d_half) (constants.FLASH_ATTENTION_HEAD_HALF_DIM_PER_TFLOPS_PER_SM, FA4's head-dim
+    sweep; d_half grows with the GPU's 16-bit throughput per SM). ``head_dim`` None: 128."""
     base = C.FLASH_ATTENTION_EFFICIENCY[gpu_generation(gpu)]
     sh, ref = C.FLASH_ATTENTION_SEQ_HALF, C.FLASH_ATTENTION_REFERENCE_SEQ
-    return base * (kv_len / (kv_len + sh)) / (ref / (ref + sh))
+    eff = base * (kv_len / (kv_len + sh)) / (ref / (ref + sh))
+    if head_dim is None:
+        return eff
+    dh = C.FLASH_ATTENTION_HEAD_HALF_DIM_PER_TFLOPS_PER_SM * gpu.peak("bf16") / 1e12 / gpu.sm_count
+    d0 = C.FLASH_ATTENTION_REFERENCE_HEAD_DIM
+    return eff * (head_dim / (head_dim + dh)) / (d0 / (d0 + dh))
 
 
 def moe_load_factor(model: ModelSpec, ep: int, C: Constants) -> float:
@@ -230,8 +237,8 @@ def layer_times(
         # unpermute): read T h and write T k h, and the reverse, in forward; twice in backward.
         routed = tokens * et / tp
         perm = 2 * ACT_BYTES * (routed * h + routed * moe.top_k * moe_load_factor(model, ep, C) * h)
-        moe_f = up + down + 2 * launches + _stream_time(perm, gpu, 4, C)
-        moe_b = up_b + down_b + 4 * launches + _stream_time(2 * perm, gpu, 4, C)
+        moe_f = up + down + 2 * launches + stream_time(perm, gpu, 4, C)
+        moe_b = up_b + down_b + 4 * launches + stream_time(2 * perm, gpu, 4, C)
         if precision == "fp8" and not torchao:
             q_fwd, q_bwd = fp8_quant_time([(fe, up_n, h), (fe, h, f_e / et)], gpu, C, local_experts)
         if moe.shared_experts:
@@ -266,7 +273,7 @@ def layer_times(
         # parallelism each rank holds s/cp queries (two load-balanced chunks) against, on
         # average, half of all s keys, in cp ring steps over key blocks of s/cp tokens
         # (Megatron-core / TE context parallelism); the kernel efficiency follows that block.
-        eff = attention_efficiency(gpu, seq_len / cp, C)
+        eff = attention_efficiency(gpu, seq_len / cp, C, (dqk + dv) / 2)
         core_fwd = 2.0 * micro_batch * s_local * seq_len * heads_local * (dqk + dv) / 2.0
         peak = gpu.peak(prec16)
         fwd_attn = core_fwd / (peak * eff) + cp * C.GEMM_KERNEL_OVERHEAD_S
@@ -278,8 +285,8 @@ def layer_times(
         sc_f, sc_b = _gemm_fwd_bwd(s_local, seq_len, dqk, gpu, prec16, C)
         cx_f, cx_b = _gemm_fwd_bwd(s_local, dv, seq_len, gpu, prec16, C)
         elems = batch * s_local * seq_len
-        fwd_attn = batch * (sc_f + cx_f - 2 * C.GEMM_KERNEL_OVERHEAD_S) + 2 * C.GEMM_KERNEL_OVERHEAD_S + _stream_time(elems * 9, gpu, 2, C)
-        bwd_attn = batch * (sc_b + cx_b - 4 * C.GEMM_KERNEL_OVERHEAD_S) + 4 * C.GEMM_KERNEL_OVERHEAD_S + _stream_time(elems * 13, gpu, 2, C)
+        fwd_attn = batch * (sc_f + cx_f - 2 * C.GEMM_KERNEL_OVERHEAD_S) + 2 * C.GEMM_KERNEL_OVERHEAD_S + stream_time(elems * 9, gpu, 2, C)
+        bwd_attn = batch * (sc_b + cx_b - 4 * C.GEMM_KERNEL_OVERHEAD_S) + 4 * C.GEMM_KERNEL_OVERHEAD_S + stream_time(elems * 13, gpu, 2, C)
 
     # Elementwise traffic per token (bytes): two norms (read+write h each), two residual adds
     # (read 2h, write h) with the dropout in the same kernel where the model trains with dropout
@@ -293,8 +300,8 @@ def layer_times(
     act_in = 2 if mlp_matrices(model) == 3 else 1
     per_token += ACT_BYTES * (act_in + 1) * ffn_local
     per_token += ACT_BYTES * 2 * (qw + kvw) / tp  # rotary/bias on q, k (read + write)
-    fwd_el = _stream_time(tokens * per_token, gpu, 8, C)
-    bwd_el = _stream_time(BWD_ELEMENTWISE_TRAFFIC_RATIO * tokens * per_token, gpu, 12, C)
+    fwd_el = stream_time(tokens * per_token, gpu, 8, C)
+    bwd_el = stream_time(BWD_ELEMENTWISE_TRAFFIC_RATIO * tokens * per_token, gpu, 12, C)
     return LayerTimes(fwd_gemm, bwd_gemm, fwd_attn, bwd_attn, fwd_el, bwd_el, q_fwd, q_bwd)
 
 
@@ -309,7 +316,7 @@ def logits_times(model: ModelSpec, gpu: GpuSpec, precision: str, micro_batch: in
     prec = "bf16" if precision == "fp8" else precision  # the output layer stays in 16-bit
     f, b = _gemm_fwd_bwd(tokens, model.vocab / tp, model.hidden, gpu, prec, C)
     elems = tokens * model.vocab / tp
-    return f + _stream_time(elems * 6, gpu, 3, C), b + _stream_time(elems * 8, gpu, 3, C)
+    return f + stream_time(elems * 6, gpu, 3, C), b + stream_time(elems * 8, gpu, 3, C)
 
 
 def layer_kernels(model: ModelSpec, tp: int, sequence_parallel: bool, flash: bool, moe_layer: bool, ep: int) -> tuple[int, int]:

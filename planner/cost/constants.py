@@ -205,6 +205,16 @@ class Constants:
     # length 8192 (the in-step H200 measurement), so eff(s) = table * f(s) / f(8192).
     FLASH_ATTENTION_SEQ_HALF: float = 220.0
     FLASH_ATTENTION_REFERENCE_SEQ: float = 8192.0
+    # ... and with the head dimension d: each key/value tile is reused d times per loaded score,
+    # so a narrow head does less matmul work per softmax step. FA4 on Blackwell (2.5 PFLOP/s,
+    # 148 SMs: 16.9 TFLOP/s per SM), fwd non-causal: hdim 64 at 1087 -> 1243 TFLOP/s against
+    # hdim 128 at 1540 -> 1882 from 1k to 16k (Dao-AILab/flash-attention PR #2605;
+    # kernel_throughput.md sec. 2): 0.66-0.71 of hdim 128, 0.68 in the middle. eff(d)
+    # proportional to d / (d + d_half) gives 0.68 with d_half = 114, i.e. 6.75 per (TFLOP/s per
+    # SM), scaled by throughput per SM as the GEMM shape law is (Hopper 51, Ampere 20).
+    # FLASH_ATTENTION_EFFICIENCY holds at d = 128 (its in-step measurements are Llama heads).
+    FLASH_ATTENTION_HEAD_HALF_DIM_PER_TFLOPS_PER_SM: float = 114.0 / (2500.0 / 148)
+    FLASH_ATTENTION_REFERENCE_HEAD_DIM: float = 128.0
 
     # FP8 (Transformer Engine, Micikevicius et al. 2022 "FP8 Formats for Deep Learning",
     # arXiv 2209.05433): every FP8 GEMM input is produced by a fused cast-transpose kernel that

@@ -52,9 +52,10 @@ def _stream(nbytes: float, gpu: GpuSpec, C: Constants) -> float:
 def fp8_quant_time(gemms: list, gpu: GpuSpec, C: Constants, batch: float = 1.0, scheme: str = "te") -> tuple[float, float]:
     """(fwd, bwd) seconds of the FP8 casts of GEMMs (m tokens, n out, k in), ``batch`` groups
     each (local experts), under ``scheme`` ("te", or "torchao-<recipe>", with "+fsdp8" where the
-    weights arrive in FP8 from the FSDP all-gather; module docstring)."""
+    weights arrive in FP8 from the FSDP all-gather, then "+tp8" where tensor parallelism gathers
+    activations in FP8; module docstring)."""
     scheme, _, tail = scheme.partition("+")
-    weights_gathered_fp8 = tail == "fsdp8"
+    weights_gathered_fp8 = "fsdp8" in tail.split("+")  # "+tp8" (FP8 TP gathers) may follow
     if scheme in ("", "te"):
         b = C.FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT
         return (sum(_stream(b * m * k * batch, gpu, C) for m, n, k in gemms),

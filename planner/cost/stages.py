@@ -14,7 +14,7 @@ from functools import lru_cache
 from planner.cost import memory as M
 from planner.cost.comm import (GroupLinks, alltoall_time, cp_ring_exposed, cp_ring_time, degree_links, flex_dispatch_time,
                                group_links, moe_dispatch_bytes, mtp_tp_time, p2p_time, tp_allreduce_time)
-from planner.cost.compute import gemm_time, layer_kernels, layer_times, logits_times, moe_load_factor
+from planner.cost.compute import gemm_time, layer_kernels, layer_times, logits_times, moe_load_factor, stream_time
 from planner.cost.constants import Constants
 from planner.cost.flops import kv_exchange_width
 from planner.cost.memory_peak import stage_peak
@@ -58,14 +58,16 @@ def a2a_merged_fraction(par: ParallelConfig, m: int) -> float:
 
 
 def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, C: Constants, merged: float | None = None,
-                sac: str = "korthikanti", fp8: str = "te", p2p_overlap: bool = False) -> tuple:
+                sac: str = "korthikanti", fp8: str = "te", p2p_overlap: bool = False, tp_copies: bool = False) -> tuple:
     """Per layer and micro-batch on one GPU: (dense costs, MoE costs, last-stage extra,
     per-stage pipeline send/recv, raw times), each cost a dict of seconds by kind.
     ``merged``: the share of passes whose expert all-to-all overlaps another micro-batch's
     compute (default: :func:`a2a_merged_fraction` when ``par.moe_a2a_overlap``, else 0).
     ``sac``: the engine's selective-recompute policy; ``fp8``: its FP8 cast scheme
     (:func:`planner.engines.fp8_casts`); ``p2p_overlap``: the engine runs the interleaved
-    schedule's send/recv under other chunks' compute (:attr:`planner.engines.profile.Engine.overlap_p2p_comm`).
+    schedule's send/recv under other chunks' compute (:attr:`planner.engines.profile.Engine.overlap_p2p_comm`);
+    ``tp_copies``: its sequence-parallel collectives re-lay their tensors in HBM
+    (:attr:`planner.engines.profile.Engine.tp_sequence_dim_copies`).
 
     Cached on the fields that matter (not ZeRO or the layer split), so the search reuses it."""
     if merged is None:
@@ -74,13 +76,13 @@ def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelC
            bool(par.sequence_parallel and par.tp > 1), bool(par.tp_comm_overlap), bool(par.async_tp_allreduce), par.attention == "flash",
            par.etp or par.tp, merged, par.moe_dispatcher or "alltoall", par.cuda_graph or "none",
            sac if par.recompute == "selective" else "korthikanti", fp8 if job.precision == "fp8" else "",
-           bool(p2p_overlap and par.pp > 1 and (par.vpp or 1) > 1))
+           bool(p2p_overlap and par.pp > 1 and (par.vpp or 1) > 1), bool(tp_copies and par.tp > 1 and par.sequence_parallel))
     return _layer_costs(model, cluster, job, key, C)
 
 
 @lru_cache(maxsize=65536)
 def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C: Constants) -> tuple:
-    tp, pp, dp, cp, ep, v, mb, rec, sp, tpo, asy, flash, etp, merged, disp, graph, sac, fp8, p2p_ovl = key
+    tp, pp, dp, cp, ep, v, mb, rec, sp, tpo, asy, flash, etp, merged, disp, graph, sac, fp8, p2p_ovl, copies = key
     gpu = cluster.gpu
     prec = job.precision
     s = job.seq_len
@@ -89,7 +91,17 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
     lt_d = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, False, ep, C=C, fp8=fp8)
     lt_m = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, True, ep, C=C, etp=etp, fp8=fp8) if has_moe else lt_d
     act_bytes = mb * s / cp * model.hidden * 2  # one b*s*h activation in 16-bit
-    t_tp = tp_allreduce_time(links["tp"], act_bytes, sp)
+    # torchao's tensor-wise Float8 TP (Job.fp8_tp_gather: Float8ColwiseParallel /
+    # Float8RowwiseParallel / PrepareFloat8ModuleInput, torchao float8_tensor_parallel.py) casts a
+    # block's input to FP8 before its sequence all-gather and the gradient of its output before the
+    # backward one: every layer all-gather carries 1-byte elements; the reduce-scatters stay 16-bit.
+    ag_bytes = act_bytes / 2 if (sp and "+tp8" in fp8) else act_bytes
+    t_tp = (links["tp"].time("reducescatter", act_bytes) + links["tp"].time("allgather", ag_bytes)) if sp else tp_allreduce_time(links["tp"], act_bytes, sp)
+    # The HBM copy that re-lays a sequence-dimension all-gather's output (none when b = 1: a view)
+    # and a reduce-scatter's input, each a read and a write of the whole b*s*h tensor, on the
+    # compute stream (Engine.tp_sequence_dim_copies; torch functional collectives).
+    copy_ag = stream_time(2 * ag_bytes, gpu, 1, C) if copies and mb > 1 else 0.0
+    copy_rs = stream_time(2 * act_bytes, gpu, 1, C) if copies else 0.0
     tp_fwd = 2 * t_tp
     # The backward all-reduce of the input gradient overlaps the weight-gradient GEMM only with
     # Megatron's asynchronous TP all-reduce (Korthikanti 2022 sec. 5); legacy engines block.
@@ -138,14 +150,16 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
             # aten.max is kept), every elementwise kernel and the sequence-parallel all-gathers.
             share = op_sac_recomputed_gemm_share(model, moe, ep, C)
             recomp = share * lt.fwd_gemm_s + lt.fwd_quant_s + lt.fwd_elementwise_s
-            tp_re = (2 * links["tp"].time("allgather", act_bytes) if sp else tp_fwd) if tp > 1 else 0.0
+            tp_re = (2 * links["tp"].time("allgather", ag_bytes) if sp else tp_fwd) if tp > 1 else 0.0
+            copies_s = 4 * (copy_ag + copy_rs) + 2 * copy_ag  # forward, backward, the re-run gathers
         else:
             recomp = lt.fwd_s if full else (lt.fwd_attn_s if rec == "selective" else 0.0)
             tp_re = tp_fwd if full else 0.0
+            copies_s = (6 if full else 4) * (copy_ag + copy_rs)  # 2 AG + 2 RS a pass (forward, backward, re-run)
         out = {
             "compute": lt.fwd_s + lt.bwd_s,
             "recompute": recomp,
-            "tp_comm": tp_fwd + tp_bwd + tp_re,
+            "tp_comm": tp_fwd + tp_bwd + tp_re + copies_s,
             "cp_comm": cp_fwd + cp_bwd + (cp_fwd if full else 0.0),
             "ep_comm": 2 * a2a + (a2a if full else 0.0),
         }
@@ -179,7 +193,7 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
     # overlaps the weight-gradient GEMM as the layers' do (asynchronous TP all-reduce).
     head_bwd = links["tp"].time("reducescatter" if sp else "allreduce", act_bytes)
     head_tp = (links["tp"].time("allgather", act_bytes) if sp else 0.0) + head_bwd * (1 - C.TP_BWD_OVERLAP_FRACTION if asy else 1.0)
-    last_extra = {"compute": lg_f + lg_b, "tp_comm": head_tp}
+    last_extra = {"compute": lg_f + lg_b, "tp_comm": head_tp + (copy_ag + copy_rs if sp else 0.0)}
     head_tp_link = t_tp
     last_link = head_tp_link  # seconds on the tensor-parallel links of the last stage's extra work
     # Multi-token prediction (DeepSeek-V3 arXiv 2412.19437 sec. 2.2; Megatron-core
@@ -212,7 +226,7 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
            # the input embedding (VocabParallelEmbedding) on the first stage: its output all-reduced
            # over the tensor group, or with SP reduce-scattered (all-gathered in backward):
            # Megatron-core tensor_parallel/layers.py, one tensor-parallel exchange per micro-batch
-           "first_extra": {"tp_comm": t_tp},
+           "first_extra": {"tp_comm": t_tp + copy_ag + copy_rs},
            # Interleaved with overlap_p2p_comm (Megatron-core schedules.py): each chunk's send/recv
            # is posted asynchronously and waited before the chunk that needs it, under the other
            # chunks' compute; the shared overlap efficiency of the shorter of the two is hidden

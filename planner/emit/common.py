@@ -289,7 +289,9 @@ def for_engine(v: PlanView, name: str) -> tuple[PlanView, list[str]]:
         if par.attention == "flash" and not target.flash_attention:
             ch["attention"] = "unfused"
         sp = ch.get("sequence_parallel", par.sequence_parallel)
-        for key, has in (("tp_comm_overlap", target.tp_comm_overlap and sp), ("async_tp_allreduce", target.async_tp_allreduce),
+        # an overlap the target runs only on request (torchtitan's async TP, which needs torch.compile) does not carry over
+        tpo = target.tp_comm_overlap and sp and target.tp_comm_overlap_default is not False
+        for key, has in (("tp_comm_overlap", tpo), ("async_tp_allreduce", target.async_tp_allreduce),
                          ("overlap_grad_reduce", target.overlap_grad_reduce), ("overlap_param_gather", target.overlap_param_gather)):
             if getattr(par, key) and not has:
                 ch[key] = False

@@ -83,6 +83,10 @@ def titan_settings(v: PlanView, version: str) -> dict:
         raise InputError("parallel.etp", etp, "1 on torchtitan 0.3.0 (expert_tensor_parallel_degree is gone: EP borrows the TP ranks)")
     eng = get_engine(TITAN_ENGINE)
     recipe = fp8_recipe(eng, j)  # InputError for a recipe torchao does not run (e.g. Transformer Engine's delayed)
+    if j.fp8_tp_gather:
+        raise InputError("job.fp8_tp_gather", True, f"false or unset on torchtitan {version} (0.2.2's apply_tp turns torchao's Float8 TP "
+                         "on only when '\"float8\" in model.converters', which its converter name quantize.linear.float8 never "
+                         "matches; 0.3.0 has no tensor-wise recipe)")
     if version == "0.3.0" and recipe == "tensorwise":
         raise InputError("job.fp8_recipe", recipe, "rowwise or rowwise_with_gw_hp on torchtitan 0.3.0 (its Float8 converter has no tensorwise recipe)")
     pure_ddp = p.zero == 0 and p.tp * p.pp * p.cp * p.ep == 1
@@ -96,6 +100,9 @@ def titan_settings(v: PlanView, version: str) -> dict:
         "global_batch_size": j.global_batch_size, "seq_len": j.seq_len,
         "ac": p.recompute, "fp8": j.precision == "fp8", "fp8_recipe": recipe, "fp8_gather": fp8_gathers(eng, j, p.zero),
         "hf_assets_path": f"./assets/hf/{fl.hf_repo.split('/')[-1]}",
+        # async TP (the plan's tp_comm_overlap): enable_async_tensor_parallel with torch.compile of
+        # the model, which torchtitan requires (0.2.2 distributed/tensor_parallel.py, 0.3.0 CompileConfig)
+        "async_tp": bool(p.tp_comm_overlap and p.tp > 1),
     }
     if p.pp > 1:
         style = "v" if p.schedule in _V_SCHEDULES else "loop"
@@ -156,6 +163,8 @@ def torchtitan_config(v: PlanView) -> dict:
     ac = {"mode": s["ac"]}
     if s["ac"] == "selective":
         ac["selective_ac_option"] = "op"  # op-level selective recompute
+    if s["async_tp"]:
+        par["enable_async_tensor_parallel"] = True
     doc = {
         "job": {"dump_folder": "./outputs", "description": f"planner {v.model_id} plan rank {v.rank}: {v.degrees_text()}"},
         "model": model,
@@ -165,6 +174,8 @@ def torchtitan_config(v: PlanView) -> dict:
         "parallelism": par,
         "activation_checkpoint": ac,
     }
+    if s["async_tp"]:
+        doc["compile"] = {"enable": True, "components": ["model", "loss"]}
     if s["fp8"]:
         # The output layer stays bf16, as priced (torchtitan's own tomls filter it). Tensor-wise is
         # 0.2.2's recipe_name None: with recipe_name set, its converter asserts that
@@ -196,6 +207,9 @@ def torchtitan_notes(v: PlanView) -> list[str]:
                      "(training.mixed_precision_reduce), so expect twice the gradient traffic.")
     if p.tp > 1 and not p.sequence_parallel and "0.2.2" in ok:
         notes.append("torchtitan 0.2.2 always applies sequence parallelism inside TP (the plan has it off).")
+    if s["async_tp"]:
+        notes.append("Async TP (the plan's tp_comm_overlap) runs under torch.compile of the model, which the files turn on; "
+                     "the prediction prices the overlap of the TP collectives, not the compiler's other fusions.")
     for ver, reason in why.items():
         notes.append(f"No torchtitan {ver} files: {reason}.")
     return notes + for_engine(v, TITAN_ENGINE)[1]

@@ -93,7 +93,8 @@ def engine_flags(engine: Engine, gpu: GpuSpec, tp: int, zero: int, given: dict |
     sp = g.get("sequence_parallel", bool(engine.sequence_parallel and tp > 1))
     out = {"sequence_parallel": sp,
            "attention": g.get("attention", "flash" if engine.flash_attention and supports_flash(gpu) else "unfused"),
-           "tp_comm_overlap": g.get("tp_comm_overlap", bool(engine.tp_comm_overlap and sp and tp > 1)),
+           "tp_comm_overlap": g.get("tp_comm_overlap", bool(engine.tp_comm_overlap and sp and tp > 1
+                                                             and engine.tp_comm_overlap_default is not False)),
            "async_tp_allreduce": g.get("async_tp_allreduce", engine.async_tp_allreduce),
            "overlap_grad_reduce": g.get("overlap_grad_reduce", engine.overlap_grad_reduce)}
     if "overlap_grad_reduce" not in g and zero in engine.zero_stages and engine.mode(zero, pp).overlap_grad_reduce is False:
@@ -121,19 +122,24 @@ def resolve_job(job: Job, engine: Engine) -> Job:
         can = f"recipes {', '.join(engine.fp8_gather_recipes)}" if engine.fp8_gather_recipes else "no recipe"
         raise InputError("job.fp8_param_gather", True, f"false or unset with {r or job.precision} on {engine.name} "
                          f"(FP8 weight all-gathers: {can})")
+    if job.fp8_tp_gather and not (engine.fp8_casts == "torchao" and r == "tensorwise"):
+        raise InputError("job.fp8_tp_gather", True, f"false or unset with {r or job.precision} on {engine.name} (FP8 tensor-parallel "
+                         "all-gathers are torchao's Float8 TP styles, tensor-wise recipe only: torchao float8_tensor_parallel.py)")
     return replace(job, fp8_recipe=r) if r and r != job.fp8_recipe else job
 
 
 def fp8_casts(engine: Engine, job: Job, zero: int) -> str:
     """How the FP8 casts of ``job`` run on ``engine`` with ZeRO stage ``zero``, as the cost model
     prices them (planner.cost.fp8): "" in 16-bit, "te" (Transformer Engine, any recipe), or
-    "torchao-<recipe>", with "+fsdp8" where the weights arrive in FP8 from the FSDP all-gather."""
+    "torchao-<recipe>", with "+fsdp8" where the weights arrive in FP8 from the FSDP all-gather and
+    "+tp8" where tensor parallelism all-gathers the activations in FP8 (``Job.fp8_tp_gather``)."""
     r = fp8_recipe(engine, job)
     if not r:
         return ""
     if engine.fp8_casts == "te":
         return "te"
-    return f"torchao-{r}" + ("+fsdp8" if fp8_gathers(engine, job, zero) else "")
+    return (f"torchao-{r}" + ("+fsdp8" if fp8_gathers(engine, job, zero) else "")
+            + ("+tp8" if job.fp8_tp_gather and r == "tensorwise" else ""))
 
 
 def fp8_gathers(engine: Engine, job: Job, zero: int) -> bool:

@@ -173,6 +173,12 @@ class Engine:
     # the interleaved schedule's send/recv posted asynchronously and waited only before the chunk
     # that needs it, so it runs under other chunks' compute (Megatron-LM overlap_p2p_comm)
     overlap_p2p_comm: bool = False
+    # sequence-parallel collectives on the sequence dimension (dim 1 of [b, s, h]) through torch's
+    # functional collectives: NCCL gathers and scatters along dim 0, so a copy re-lays each
+    # gathered output (b > 1) and each scattered input (DTensor Shard(1), torchtitan's TP plans)
+    tp_sequence_dim_copies: bool = False
+    # whether a plan that leaves the TP overlap unset gets it (None: whenever the engine has it)
+    tp_comm_overlap_default: bool | None = None
     # FP8: the recipes the engine runs (specs.FP8_RECIPES), the one "auto" means, and whose casts
     # it runs: "te" (Transformer Engine's fused cast-transpose kernels, FP8 weight copies cached for
     # the step) or "torchao" (torchao Float8Linear: a dynamic cast of each GEMM operand, the bf16
@@ -254,6 +260,8 @@ def _from_dict(d: dict, where: str) -> Engine:
         cuda_graphs=bool(feats.get("cuda_graphs", False)),
         mtp=bool(feats.get("mtp", False)),
         overlap_p2p_comm=bool(feats.get("overlap_p2p_comm", False)),
+        tp_sequence_dim_copies=bool(feats.get("tp_sequence_dim_copies", False)),
+        tp_comm_overlap_default=feats.get("tp_comm_overlap_default"),
         **_fp8(d.get("fp8") or {}, where),
     )
 

@@ -139,7 +139,7 @@ def stage_phases(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parallel
     the rank's virtual stages together) of the resolved ``par``, and the seconds of one pipeline send."""
     eng = get_engine(engine)
     costs = layer_costs(model, cluster, job, par, C, sac=eng.memory.selective, fp8=fp8_casts(eng, job, par.zero),
-                        p2p_overlap=eng.overlap_p2p_comm)
+                        p2p_overlap=eng.overlap_p2p_comm, tp_copies=eng.tp_sequence_dim_copies)
     cost_d, cost_m, last_extra, pp_comm, raw = costs
     lps = par.layers_per_stage or default_split(model, par.pp, par.vpp, get_engine(engine))
     dcounts = dense_counts(model, tuple(lps))

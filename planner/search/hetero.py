@@ -135,7 +135,7 @@ def hetero_evaluate(model: ModelSpec, hc: HeteroCluster, job: Job, par: Parallel
     for i, (g, n) in enumerate(zip(placement, layers)):
         c = clusters[g]
         pg = _on(par, c, model, job, eng)
-        costs = layer_costs(model, c, job, pg, C, sac=eng.memory.selective, fp8=fp8_casts(eng, job, pg.zero), p2p_overlap=eng.overlap_p2p_comm)
+        costs = layer_costs(model, c, job, pg, C, sac=eng.memory.selective, fp8=fp8_casts(eng, job, pg.zero), p2p_overlap=eng.overlap_p2p_comm, tp_copies=eng.tp_sequence_dim_copies)
         t_i = sum(stage_time_parts(costs, n, dcounts[i], i == pp - 1, i == 0).values())
         params = M.stage_params(model, n, i, pp, par.tp, par.ep, n_dense=dcounts[i], etp=par.etp)
         syncs.append(stage_sync(c, job, pg, params, n, t_i, m, costs[4]["bwd_dense_s"], costs[4]["fwd_dense_s"], C, eng))
@@ -259,7 +259,7 @@ def _lower_bound(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelCon
         c = hc.group_cluster(g, par.world)
         pc = _on(par, c, model, job, engine)
         costs = layer_costs(model, c, job, pc, C, sac=engine.memory.selective, fp8=fp8_casts(engine, job, pc.zero),
-                            p2p_overlap=engine.overlap_p2p_comm)
+                            p2p_overlap=engine.overlap_p2p_comm, tp_copies=engine.tp_sequence_dim_copies)
         one = stage_time_parts(costs, 1, 1 if model.moe is None else 0, False)
         a = sum(one.values()) - one["pp_comm"]
         speeds.append((1.0 / a, grp.count // width))

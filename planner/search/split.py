@@ -64,7 +64,7 @@ def stage_affine(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parallel
     pp, v = par.pp, par.vpp
     m = par.num_microbatches(job.global_batch_size)
     costs = layer_costs(model, cluster, job, par, C, sac=engine.memory.selective, fp8=fp8_casts(engine, job, par.zero),
-                        p2p_overlap=engine.overlap_p2p_comm)
+                        p2p_overlap=engine.overlap_p2p_comm, tp_copies=engine.tp_sequence_dim_copies)
     bwd, fwd = costs[4]["bwd_dense_s"], costs[4]["fwd_dense_s"]
     times, syncs, opts, mems, fwds, wgrads = [], [], [], [], [], []
     dense = model.dense_layers if model.moe is not None else 0

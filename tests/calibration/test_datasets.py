@@ -24,7 +24,7 @@ def test_every_recipe_rule_covers_rows_cites_and_fills_only_unknowns(rule):
     assert hits, "a rule that covers no run"
     assert rule["source"] and rule["why"]
     for k, v in (rule.get("parallel") or {}).items():
-        assert k in ("recompute", "etp", "moe_a2a_overlap", "moe_dispatcher", "cuda_graph"), k
+        assert k in ("recompute", "etp", "moe_a2a_overlap", "moe_dispatcher", "cuda_graph", "tp_comm_overlap"), k
         if v is None:
             continue  # kept unknown: later rules do not set it
         if k == "recompute":

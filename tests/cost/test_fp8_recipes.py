@@ -97,6 +97,28 @@ def test_tensor_parallel_gathers_stay_16_bit():
     assert tw[4]["tp_fwd_exposed_s"] == rw[4]["tp_fwd_exposed_s"] > 0
 
 
+def test_float8_tensor_parallel_gathers_in_fp8_when_the_job_says_so():
+    """Job.fp8_tp_gather (torchao's Float8 TP styles, which torchtitan before the converter rename
+    ran): each layer all-gather at 1 B, the reduce-scatters 16-bit; refused off tensor-wise and
+    on Transformer Engine; fp8_casts marks it "+tp8"."""
+    from planner.cost.comm import group_links  # noqa: PLC0415
+
+    par = ParallelConfig(tp=8, pp=1, dp=8, micro_batch_size=1, recompute="none", sequence_parallel=True, zero=3)
+    tt = get_engine("torchtitan")
+    job = dataclasses.replace(_job("tensorwise"), fp8_tp_gather=True)
+    assert fp8_casts(tt, job, 3) == "torchao-tensorwise+fsdp8+tp8"
+    on = layer_costs(MODEL, CLUSTER, job, par, C, sac="op", fp8="torchao-tensorwise+tp8")
+    off = layer_costs(MODEL, CLUSTER, _job("tensorwise"), par, C, sac="op", fp8="torchao-tensorwise")
+    tp = group_links(CLUSTER, par)["tp"]
+    act = 1 * job.seq_len * MODEL.hidden * 2  # one b s h activation, 16-bit
+    assert off[4]["t_tp"] == pytest.approx(tp.time("reducescatter", act) + tp.time("allgather", act))
+    assert on[4]["t_tp"] == pytest.approx(tp.time("reducescatter", act) + tp.time("allgather", act / 2))
+    with pytest.raises(InputError, match="job.fp8_tp_gather"):
+        resolve_job(dataclasses.replace(_job("rowwise"), fp8_tp_gather=True), tt)
+    with pytest.raises(InputError, match="job.fp8_tp_gather"):
+        resolve_job(dataclasses.replace(_job("tensorwise"), fp8_tp_gather=True), get_engine("megatron-core"))
+
+
 def test_transformer_engine_recipes_are_priced_alike():
     par = ParallelConfig(tp=2, pp=1, dp=32, micro_batch_size=1)
     b200 = make_cluster("b200-sxm-180gb", 64)  # MXFP8 needs Blackwell

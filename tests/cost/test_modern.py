@@ -33,6 +33,31 @@ def test_attention_efficiency_closed_form():
     assert attention_efficiency(H100, 131072, C=C) > base  # saturates slightly above the 8K figure
 
 
+def test_attention_efficiency_by_head_dim_closed_form():
+    """d / (d + d_half) relative to d = 128, d_half = 114 / 16.9 x TFLOP/s per SM: on the GB200
+    it was read from (FA4 head-dim sweep) hdim 64 runs at 0.68 of hdim 128; on the H100
+    d_half = 6.75 x 989 / 132 = 50.6."""
+    gb200 = load_gpu("gb200")
+    r = attention_efficiency(gb200, 8192, C, 64) / attention_efficiency(gb200, 8192, C)
+    assert r == pytest.approx(0.68, abs=0.005)
+    dh = 114.0 / (2500 / 148) * 989 / 132
+    assert dh == pytest.approx(50.6, abs=0.1)
+    base = attention_efficiency(H100, 4096, C)
+    assert attention_efficiency(H100, 4096, C, 128) == pytest.approx(base)
+    assert attention_efficiency(H100, 4096, C, 64) == pytest.approx(base * (64 / (64 + dh)) / (128 / (128 + dh)))
+    assert attention_efficiency(H100, 4096, C, 64) < base < attention_efficiency(H100, 4096, C, 192)
+
+
+def test_narrow_heads_run_slower_attention_in_a_layer():
+    """GPT-OSS-style heads of 64: the same attention FLOPs at d = 64 take longer than at 128."""
+    wide = load_model("llama3.1-8b")
+    narrow = replace(wide, heads=64, kv_heads=16, head_dim=64)  # the same q width, heads of 64
+    t_w = layer_times(wide, H100, "bf16", 1, 8192, 1, 1, False, True, C=C)
+    t_n = layer_times(narrow, H100, "bf16", 1, 8192, 1, 1, False, True, C=C)
+    assert t_n.fwd_attn_s / t_w.fwd_attn_s == pytest.approx(
+        attention_efficiency(H100, 8192, C) / attention_efficiency(H100, 8192, C, 64), rel=1e-3)
+
+
 def test_causal_model_flops_halve_the_core():
     m = load_model("llama3.1-405b")
     b, s = 1, 131072

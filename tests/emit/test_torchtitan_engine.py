@@ -62,7 +62,13 @@ def _fp8(recipe: str) -> dict:
     return doc
 
 
-VARIANTS = {"zbv": _v_schedule("zb-v"), "dualpipev": _v_schedule("dualpipe"),
+def _async_tp() -> dict:
+    doc = copy.deepcopy(load("torchtitan_llama70b_64gpu"))  # tp 2 with sequence parallelism
+    doc["plans"][0]["parallel"].update(tp_comm_overlap=True)
+    return doc
+
+
+VARIANTS = {"zbv": _v_schedule("zb-v"), "dualpipev": _v_schedule("dualpipe"), "asynctp": _async_tp(),
             **{f"fp8-{r}": _fp8(r) for r in ("rowwise", "rowwise_with_gw_hp", "tensorwise", "auto")}}
 PLANS = {f"{fx}-{rank}": (load(fx), rank) for fx, rank in TT_PLANS} | {name: (doc, 1) for name, doc in VARIANTS.items()}
 
@@ -134,6 +140,11 @@ def test_torchtitan_accepts_and_builds(titan, name):
         assert r["accumulation"] * r["microbatches"] == v.num_microbatches
     else:
         assert r["accumulation"] == v.num_microbatches
+    # async TP exactly when the plan overlaps the TP collectives, with the compile torchtitan requires for it
+    # (a plan priced on another engine does not carry its overlap: emit/common.py for_engine)
+    assert r["async_tp"] == bool(p.tp_comm_overlap and p.tp > 1 and (v.engine is None or v.engine.name == "torchtitan"))
+    if r["async_tp"]:
+        assert r["compile"][0] and "model" in r["compile"][1]
     if version == "0.3.0":
         assert r["ac"] == {"none": None, "full": "FullAC.Config", "selective": "SelectiveAC.Config"}[p.recompute]
     else:

@@ -161,6 +161,7 @@ def _config_case(version: str, case: dict) -> dict:
         model, n_layers, pipelines = _build_022(cfg)
         mc = None
         f8 = cfg.quantize.linear.float8
+        out.update(async_tp=par.enable_async_tensor_parallel, compile=[cfg.compile.enable, list(cfg.compile.components)])
         out.update(model=cfg.model.name, flavor=cfg.model.flavor, etp=par.expert_tensor_parallel_degree,
                    converters=list(cfg.model.converters), ac=cfg.activation_checkpoint.mode,
                    float8={k: getattr(f8, k) for k in ("recipe_name", "enable_fsdp_float8_all_gather",
@@ -173,6 +174,7 @@ def _config_case(version: str, case: dict) -> dict:
         dims = ParallelDims.from_config(par, case["world"])
         model, n_layers, pipelines, mc = _build_030(cfg)
         ac = cfg.activation_checkpoint
+        out.update(async_tp=cfg.compile.enable_async_tensor_parallel, compile=[cfg.compile.enable, list(cfg.compile.components)])
         out.update(model=cfg.model_spec.name, flavor=cfg.model_spec.flavor, ac=None if ac is None else type(ac).__qualname__,
                    sequence_parallel=par.enable_sequence_parallel, disable_cuda_graphs=tr.disable_cuda_graphs)
     batch = dims.dp_replicate * dims.dp_shard
