@@ -87,6 +87,10 @@ def test_torchtitan_tomls_parse_and_predict(name, gpus):
     assert r.estimate.step_time_s > 0
     if name == "llama3_405b.toml":
         assert cj.job.precision == "fp8" and "unregistered-converter" in {f.id for f in r.findings}
+        # enable_async_tensor_parallel = true with [compile] enable: async TP, priced as the TP overlap
+        assert cj.parallel.tp == 8 and cj.parallel.tp_comm_overlap is True
+    if name == "llama3_70b.toml":
+        assert cj.parallel.tp_comm_overlap is False  # the toml leaves async TP off
 
 
 def test_toml_world_defaults_to_run_train_ngpu():
@@ -107,3 +111,5 @@ def test_torchtitan_030_registries_parse_and_predict(ref, gpus):
         assert (cj.parallel.tp, cj.parallel.recompute, cj.parallel.micro_batch_size, cj.job.seq_len) == (8, "full", 8, 8192)
     if fn == "deepseek_v3_16b":
         assert cj.parallel.ep == 8 and cj.model.moe.experts == 64
+    if fn == "llama3_405b":  # CompileConfig(enable=True, enable_async_tensor_parallel=True)
+        assert cj.parallel.tp > 1 and cj.parallel.tp_comm_overlap is True

@@ -88,3 +88,19 @@ def test_interleaved_send_recv_overlaps_on_megatron_core_only():
     assert exposed == pytest.approx(raw, rel=1e-9)
     exposed, raw = _pp_parts("megatron-legacy", 2)
     assert exposed == pytest.approx(raw, rel=1e-9)
+
+
+def test_torchtitan_sequence_dim_collectives_re_lay_their_tensors():
+    """torchtitan's DTensor TP gathers and scatters on dim 1 of [b, s, h]: each all-gather's
+    output (b > 1; b = 1 is a view) and each reduce-scatter's input is copied once (read + write of
+    b s h at the streaming rate), 2 of each a pass: forward and backward, 4 exchanges a layer."""
+    from planner.cost.compute import stream_time  # noqa: PLC0415
+    from planner.cost.stages import layer_costs  # noqa: PLC0415
+
+    for mb in (1, 2):
+        par = ParallelConfig(tp=4, pp=1, dp=4, micro_batch_size=mb, recompute="none", sequence_parallel=True)
+        on = layer_costs(MODEL, CLUSTER, JOB, par, C, tp_copies=True)[0]["tp_comm"]
+        off = layer_costs(MODEL, CLUSTER, JOB, par, C, tp_copies=False)[0]["tp_comm"]
+        copy = stream_time(2 * mb * JOB.seq_len * MODEL.hidden * 2, CLUSTER.gpu, 1, C)
+        assert on - off == pytest.approx(4 * (copy * (mb > 1) + copy), rel=1e-9)
+    assert get_engine("torchtitan").tp_sequence_dim_copies and not ENG.tp_sequence_dim_copies
