@@ -102,6 +102,7 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
     # compute stream (Engine.tp_sequence_dim_copies; torch functional collectives).
     copy_ag = stream_time(2 * ag_bytes, gpu, 1, C) if copies and mb > 1 else 0.0
     copy_rs = stream_time(2 * act_bytes, gpu, 1, C) if copies else 0.0
+    copy16_ag = stream_time(2 * act_bytes, gpu, 1, C) if copies and mb > 1 else 0.0  # the embedding's and head's (16-bit)
     tp_fwd = 2 * t_tp
     # The backward all-reduce of the input gradient overlaps the weight-gradient GEMM only with
     # Megatron's asynchronous TP all-reduce (Korthikanti 2022 sec. 5); legacy engines block.
@@ -157,9 +158,9 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
             tp_re = tp_fwd if full else 0.0
             copies_s = (6 if full else 4) * (copy_ag + copy_rs)  # 2 AG + 2 RS a pass (forward, backward, re-run)
         out = {
-            "compute": lt.fwd_s + lt.bwd_s,
+            "compute": lt.fwd_s + lt.bwd_s + copies_s,  # the re-layout copies are HBM work, not link time
             "recompute": recomp,
-            "tp_comm": tp_fwd + tp_bwd + tp_re + copies_s,
+            "tp_comm": tp_fwd + tp_bwd + tp_re,
             "cp_comm": cp_fwd + cp_bwd + (cp_fwd if full else 0.0),
             "ep_comm": 2 * a2a + (a2a if full else 0.0),
         }
@@ -193,7 +194,7 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
     # overlaps the weight-gradient GEMM as the layers' do (asynchronous TP all-reduce).
     head_bwd = links["tp"].time("reducescatter" if sp else "allreduce", act_bytes)
     head_tp = (links["tp"].time("allgather", act_bytes) if sp else 0.0) + head_bwd * (1 - C.TP_BWD_OVERLAP_FRACTION if asy else 1.0)
-    last_extra = {"compute": lg_f + lg_b, "tp_comm": head_tp + (copy_ag + copy_rs if sp else 0.0)}
+    last_extra = {"compute": lg_f + lg_b + copy16_ag + copy_rs, "tp_comm": head_tp}
     head_tp_link = t_tp
     last_link = head_tp_link  # seconds on the tensor-parallel links of the last stage's extra work
     # Multi-token prediction (DeepSeek-V3 arXiv 2412.19437 sec. 2.2; Megatron-core
@@ -226,7 +227,8 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
            # the input embedding (VocabParallelEmbedding) on the first stage: its output all-reduced
            # over the tensor group, or with SP reduce-scattered (all-gathered in backward):
            # Megatron-core tensor_parallel/layers.py, one tensor-parallel exchange per micro-batch
-           "first_extra": {"tp_comm": t_tp + copy_ag + copy_rs},
+           "first_extra": {"tp_comm": links["tp"].time("reducescatter", act_bytes) + links["tp"].time("allgather", act_bytes) if sp else t_tp,
+                           "compute": copy16_ag + copy_rs},
            # Interleaved with overlap_p2p_comm (Megatron-core schedules.py): each chunk's send/recv
            # is posted asynchronously and waited before the chunk that needs it, under the other
            # chunks' compute; the shared overlap efficiency of the shorter of the two is hidden

@@ -169,8 +169,9 @@ def stage_phases(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parallel
             f += extra / 3
             b += extra * 2 / 3
         if i == 0:  # the input embedding's tensor-parallel exchange: forward and backward halves
-            f += raw["first_extra"]["tp_comm"] / 2
-            b += raw["first_extra"]["tp_comm"] / 2
+            extra0 = raw["first_extra"]["tp_comm"] + raw["first_extra"].get("compute", 0.0)
+            f += extra0 / 2
+            b += extra0 / 2
         fw_f, fw_w = stage_fw(costs, n, nd, i == par.pp - 1)
         pp_i = stage_time_parts(costs, n, nd, i == par.pp - 1, i == 0)["pp_comm"]  # what the schedule leaves exposed
         out.append({"fwd_s": f, "bwd_s": b, "recompute_s": r, "pp_comm_s": pp_i, "wgrad_s": fw_w, "fw_f_s": fw_f})

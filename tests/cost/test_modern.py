@@ -40,7 +40,7 @@ def test_attention_efficiency_by_head_dim_closed_form():
     gb200 = load_gpu("gb200")
     r = attention_efficiency(gb200, 8192, C, 64) / attention_efficiency(gb200, 8192, C)
     assert r == pytest.approx(0.68, abs=0.005)
-    dh = 114.0 / (2500 / 148) * 989 / 132
+    dh = C.FLASH_ATTENTION_HEAD_HALF_DIM_PER_TFLOPS_PER_SM * H100.peak("bf16") / 1e12 / H100.sm_count
     assert dh == pytest.approx(50.6, abs=0.1)
     base = attention_efficiency(H100, 4096, C)
     assert attention_efficiency(H100, 4096, C, 128) == pytest.approx(base)

@@ -99,8 +99,8 @@ def test_torchtitan_sequence_dim_collectives_re_lay_their_tensors():
 
     for mb in (1, 2):
         par = ParallelConfig(tp=4, pp=1, dp=4, micro_batch_size=mb, recompute="none", sequence_parallel=True)
-        on = layer_costs(MODEL, CLUSTER, JOB, par, C, tp_copies=True)[0]["tp_comm"]
-        off = layer_costs(MODEL, CLUSTER, JOB, par, C, tp_copies=False)[0]["tp_comm"]
+        on = layer_costs(MODEL, CLUSTER, JOB, par, C, tp_copies=True)[0]["compute"]
+        off = layer_costs(MODEL, CLUSTER, JOB, par, C, tp_copies=False)[0]["compute"]
         copy = stream_time(2 * mb * JOB.seq_len * MODEL.hidden * 2, CLUSTER.gpu, 1, C)
         assert on - off == pytest.approx(4 * (copy * (mb > 1) + copy), rel=1e-9)
     assert get_engine("torchtitan").tp_sequence_dim_copies and not ENG.tp_sequence_dim_copies
