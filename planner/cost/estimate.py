@@ -21,9 +21,9 @@ from planner.cost.flops import layer_flops, step_model_flops
 from planner.cost.recompute import op_sac_recomputed_gemm_share
 from planner.cost.result import Estimate
 from planner.cost.rules import check_parallel
-from planner.cost.stages import dense_counts, embedding_sync_time, layer_costs, stage_fw, stage_memory, stage_sync, stage_time_parts
+from planner.cost.stages import dense_counts, embedding_sync_time, engine_layer_costs, stage_fw, stage_memory, stage_sync, stage_time_parts
 from planner.cost.step import assemble
-from planner.engines import Engine, default_split, fp8_casts, fp8_gathers, fp8_recipe, get_engine, resolve, resolve_job
+from planner.engines import Engine, default_split, fp8_gathers, fp8_recipe, get_engine, resolve, resolve_job
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
 __all__ = ["Estimate", "estimate", "price"]
@@ -80,8 +80,7 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig,
     links = group_links(cluster, par)
     notes: list[str] = []
 
-    costs = layer_costs(model, cluster, job, par, C, sac=eng.memory.selective, fp8=fp8_casts(eng, job, par.zero),
-                        p2p_overlap=eng.overlap_p2p_comm, tp_copies=eng.tp_sequence_dim_copies)
+    costs = engine_layer_costs(model, cluster, job, par, C, eng)
     raw = costs[4]
     t_tp, t_cp_f, t_a2a, t_p2p = raw["t_tp"], raw["t_cp"], raw["t_a2a"], raw["t_p2p"]
     dcounts = dense_counts(model, lps)

@@ -19,11 +19,11 @@ from planner.cost.constants import Constants
 from planner.cost.flops import kv_exchange_width
 from planner.cost.memory_peak import stage_peak
 from planner.cost.recompute import op_sac_recomputed_gemm_share
-from planner.engines.policy import fp8_gather_bytes
+from planner.engines.policy import fp8_casts, fp8_gather_bytes
 from planner.engines.profile import Engine
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
-__all__ = ["p2p_send_time", "pp_comm_exposed", "layer_costs", "a2a_merged_fraction", "stage_time_parts", "dense_in", "dense_counts", "stage_memory", "stage_sync", "overlap_exposed",
+__all__ = ["p2p_send_time", "pp_comm_exposed", "layer_costs", "engine_layer_costs", "a2a_merged_fraction", "stage_time_parts", "dense_in", "dense_counts", "stage_memory", "stage_sync", "overlap_exposed",
            "embedding_sync_time", "StageSync", "host_exposed", "layer_host_s", "stage_fw"]
 
 
@@ -78,6 +78,13 @@ def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelC
            sac if par.recompute == "selective" else "korthikanti", fp8 if job.precision == "fp8" else "",
            bool(p2p_overlap and par.pp > 1 and (par.vpp or 1) > 1), bool(tp_copies and par.tp > 1 and par.sequence_parallel))
     return _layer_costs(model, cluster, job, key, C)
+
+
+def engine_layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, C: Constants, engine: Engine) -> tuple:
+    """:func:`layer_costs` as ``engine`` runs the layers: its selective-recompute policy, FP8 cast
+    scheme (for the configuration's ZeRO stage), interleaved send/recv overlap and TP re-layout copies."""
+    return layer_costs(model, cluster, job, par, C, sac=engine.memory.selective, fp8=fp8_casts(engine, job, par.zero),
+                       p2p_overlap=engine.overlap_p2p_comm, tp_copies=engine.tp_sequence_dim_copies)
 
 
 @lru_cache(maxsize=65536)
@@ -227,7 +234,7 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
            # the input embedding (VocabParallelEmbedding) on the first stage: its output all-reduced
            # over the tensor group, or with SP reduce-scattered (all-gathered in backward):
            # Megatron-core tensor_parallel/layers.py, one tensor-parallel exchange per micro-batch
-           "first_extra": {"tp_comm": links["tp"].time("reducescatter", act_bytes) + links["tp"].time("allgather", act_bytes) if sp else t_tp,
+           "first_extra": {"tp_comm": tp_allreduce_time(links["tp"], act_bytes, sp),  # 16-bit: not a Float8 module
                            "compute": copy16_ag + copy_rs},
            # Interleaved with overlap_p2p_comm (Megatron-core schedules.py): each chunk's send/recv
            # is posted asynchronously and waited before the chunk that needs it, under the other

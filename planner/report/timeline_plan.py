@@ -32,9 +32,9 @@ from pathlib import Path
 
 from planner.cost.constants import DEFAULT_CONSTANTS, Constants
 from planner.cost.estimate import estimate
-from planner.cost.stages import dense_counts, layer_costs, stage_fw, stage_time_parts
+from planner.cost.stages import dense_counts, engine_layer_costs, stage_fw, stage_time_parts
 from planner.cost.step import pipeline_form, pipeline_time
-from planner.engines import DEFAULT_ENGINE, default_split, fp8_casts, get_engine
+from planner.engines import DEFAULT_ENGINE, default_split, get_engine
 from planner.cost.result import Estimate
 from planner.errors import InputError
 from planner.io.loaders import make_cluster, model_from_dict, parallel_from_dict
@@ -138,8 +138,7 @@ def stage_phases(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parallel
     """Per stage ``{"fwd_s", "bwd_s", "recompute_s", "pp_comm_s"}`` for one micro-batch (all of
     the rank's virtual stages together) of the resolved ``par``, and the seconds of one pipeline send."""
     eng = get_engine(engine)
-    costs = layer_costs(model, cluster, job, par, C, sac=eng.memory.selective, fp8=fp8_casts(eng, job, par.zero),
-                        p2p_overlap=eng.overlap_p2p_comm, tp_copies=eng.tp_sequence_dim_copies)
+    costs = engine_layer_costs(model, cluster, job, par, C, eng)
     cost_d, cost_m, last_extra, pp_comm, raw = costs
     lps = par.layers_per_stage or default_split(model, par.pp, par.vpp, get_engine(engine))
     dcounts = dense_counts(model, tuple(lps))

@@ -39,9 +39,9 @@ from planner.cost import memory as M
 from planner.cost.comm import group_links
 from planner.cost.constants import DEFAULT_CONSTANTS, Constants
 from planner.cost.rules import check_parallel, tp_ok
-from planner.cost.stages import dense_counts, embedding_sync_time, layer_costs, stage_memory, stage_sync, stage_time_parts
+from planner.cost.stages import dense_counts, embedding_sync_time, engine_layer_costs, stage_memory, stage_sync, stage_time_parts
 from planner.cost.step import assemble, pipeline_form
-from planner.engines import Engine, default_split, fp8_casts, fp8_gathers, get_engine, resolve, resolve_job
+from planner.engines import Engine, default_split, fp8_gathers, get_engine, resolve, resolve_job
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
 from planner.search.bounds import states_bound_fn
 from planner.search.milp import INF, Program, SolveStats
@@ -135,7 +135,7 @@ def hetero_evaluate(model: ModelSpec, hc: HeteroCluster, job: Job, par: Parallel
     for i, (g, n) in enumerate(zip(placement, layers)):
         c = clusters[g]
         pg = _on(par, c, model, job, eng)
-        costs = layer_costs(model, c, job, pg, C, sac=eng.memory.selective, fp8=fp8_casts(eng, job, pg.zero), p2p_overlap=eng.overlap_p2p_comm, tp_copies=eng.tp_sequence_dim_copies)
+        costs = engine_layer_costs(model, c, job, pg, C, eng)
         t_i = sum(stage_time_parts(costs, n, dcounts[i], i == pp - 1, i == 0).values())
         params = M.stage_params(model, n, i, pp, par.tp, par.ep, n_dense=dcounts[i], etp=par.etp)
         syncs.append(stage_sync(c, job, pg, params, n, t_i, m, costs[4]["bwd_dense_s"], costs[4]["fwd_dense_s"], C, eng))
@@ -258,8 +258,7 @@ def _lower_bound(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelCon
     for g, grp in enumerate(hc.groups):
         c = hc.group_cluster(g, par.world)
         pc = _on(par, c, model, job, engine)
-        costs = layer_costs(model, c, job, pc, C, sac=engine.memory.selective, fp8=fp8_casts(engine, job, pc.zero),
-                            p2p_overlap=engine.overlap_p2p_comm, tp_copies=engine.tp_sequence_dim_copies)
+        costs = engine_layer_costs(model, c, job, pc, C, engine)
         one = stage_time_parts(costs, 1, 1 if model.moe is None else 0, False)
         a = sum(one.values()) - one["pp_comm"]
         speeds.append((1.0 / a, grp.count // width))

@@ -36,9 +36,9 @@ from dataclasses import dataclass
 
 from planner.cost import memory as M
 from planner.cost.constants import Constants
-from planner.cost.stages import dense_in, layer_costs, overlap_exposed, stage_fw, stage_memory, stage_sync, stage_time_parts
+from planner.cost.stages import dense_in, engine_layer_costs, overlap_exposed, stage_fw, stage_memory, stage_sync, stage_time_parts
 from planner.cost.step import pipeline_form, pipeline_time, sync_branches
-from planner.engines import Engine, fp8_casts, least_layers
+from planner.engines import Engine, least_layers
 from planner.search.milp import INF, Program, SolveStats
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
@@ -63,8 +63,7 @@ def stage_affine(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parallel
     resolved configuration ``par``."""
     pp, v = par.pp, par.vpp
     m = par.num_microbatches(job.global_batch_size)
-    costs = layer_costs(model, cluster, job, par, C, sac=engine.memory.selective, fp8=fp8_casts(engine, job, par.zero),
-                        p2p_overlap=engine.overlap_p2p_comm, tp_copies=engine.tp_sequence_dim_copies)
+    costs = engine_layer_costs(model, cluster, job, par, C, engine)
     bwd, fwd = costs[4]["bwd_dense_s"], costs[4]["fwd_dense_s"]
     times, syncs, opts, mems, fwds, wgrads = [], [], [], [], [], []
     dense = model.dense_layers if model.moe is not None else 0
