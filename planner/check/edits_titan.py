@@ -71,6 +71,23 @@ def titan_settings(cj, par: ParallelConfig) -> dict:
     out["activation_checkpoint.mode"] = par.recompute
     if par.recompute == "selective":
         out["activation_checkpoint.selective_ac_option"] = "op"
+    # async TP, the plan's tp_comm_overlap (0.2.2 parallelism.enable_async_tensor_parallel;
+    # 0.3.0 CompileConfig.enable_async_tensor_parallel): needs torch.compile of the model
+    out[P + "enable_async_tensor_parallel"] = bool(par.tp_comm_overlap and par.tp > 1)
+    return out
+
+
+# torchtitan's CompileConfig.components default (0.2.2 and 0.3.0 config: ["model", "loss"])
+_COMPILE_COMPONENTS_DEFAULT = ["model", "loss"]
+
+
+def _compile_for_async_tp(components) -> dict:
+    """compile.* settings async TP needs: compile on, with "model" among the components
+    (torchtitan raises otherwise: 0.2.2 distributed/tensor_parallel.py, 0.3.0 CompileConfig)."""
+    comps = list(_COMPILE_COMPONENTS_DEFAULT if components is None else components)
+    out = {"compile.enable": True}
+    if "model" not in comps:
+        out["compile.components"] = ["model"] + comps
     return out
 
 
@@ -97,8 +114,7 @@ def _parts(lps: tuple, vpp: int, schedule: str, layers: int) -> list:
 
 
 # What a torchtitan job does not set: the engine decides it (FSDP2 prefetch and overlap, SP with TP, SDPA).
-TITAN_UNCONTROLLED = ("overlap_grad_reduce", "overlap_param_gather", "async_tp_allreduce", "sequence_parallel", "attention",
-                      "tp_comm_overlap", "etp")
+TITAN_UNCONTROLLED = ("overlap_grad_reduce", "overlap_param_gather", "async_tp_allreduce", "sequence_parallel", "attention", "etp")
 
 
 class TomlFileEditor:
@@ -121,6 +137,8 @@ class TomlFileEditor:
         if cur.get("parallelism.data_parallel_shard_degree") == -1 and new["parallelism.data_parallel_replicate_degree"] == \
                 old["parallelism.data_parallel_replicate_degree"] and new["parallelism.data_parallel_shard_degree"] > 1:
             new["parallelism.data_parallel_shard_degree"] = -1  # still the rest of the world
+        if new[_ASYNC_TP]:
+            new.update({k: v for k, v in _compile_for_async_tp(cur.get("compile.components")).items() if cur.get(k) != v})
         lines = self.text.split("\n")
         summary = []
         for key, value in new.items():
@@ -146,6 +164,7 @@ class TomlFileEditor:
 
 
 _ALWAYS = {"parallelism.tensor_parallel_degree", "parallelism.pipeline_parallel_degree"}
+_ASYNC_TP = "parallelism.enable_async_tensor_parallel"
 
 
 def _toml_value(v) -> str:
@@ -221,6 +240,8 @@ class PyFileEditor:
         wanted: dict = {"ParallelismConfig": {}, "TrainingConfig": {}}
         for key, value in new.items():
             sec, name = key.split(".", 1)
+            if key == _ASYNC_TP:
+                continue  # 0.3.0 keeps it in CompileConfig (below)
             if sec in _CALL_OF and old.get(key) != value:
                 if sec == "training" and name == "local_batch_size":
                     continue
@@ -267,11 +288,49 @@ class PyFileEditor:
             else:
                 raise InputError(f"{self.path.name}:{self.function}", "activation checkpointing", "a Trainer.Config(...) call to set it in")
             summary.append(f"activation_checkpoint={_AC[par.recompute]}")
+        if new[_ASYNC_TP] != old[_ASYNC_TP]:
+            self._async_tp(fn, tree, calls, new[_ASYNC_TP], repl, summary, offs)
         text = self.text
         for a, b, t in sorted(repl, key=lambda x: -x[0]):
             text = text[:a] + t + text[b:]
         ast.parse(text)
         return Edit("torchtitan-config", summary, {str(self.path): text}, unified_diff({str(self.path): self.text}, {str(self.path): text}))
+
+
+    def _async_tp(self, fn, tree, calls, on: bool, repl: list, summary: list, offs) -> None:
+        """0.3.0's CompileConfig(enable_async_tensor_parallel=...), with enable=True and "model"
+        among the components when on (CompileConfig.__post_init__ raises otherwise)."""
+        comp = [c for c in ast.walk(fn) if isinstance(c, ast.Call) and ast.unparse(c.func) == "CompileConfig"]
+        if comp:
+            call = comp[0]
+            kw = {"enable_async_tensor_parallel": on}
+            if on:
+                comps = next((x.value for x in call.keywords if x.arg == "components"), None)
+                names = ast.literal_eval(comps) if comps is not None else None
+                kw.update({k.split(".", 1)[1]: v for k, v in _compile_for_async_tp(names).items()})
+            for k, v in kw.items():
+                hit = next((x for x in call.keywords if x.arg == k), None)
+                if hit is None:
+                    repl.append(_insert_arg(call, f"{k}={_py(v)}", offs))
+                    summary.append(f"CompileConfig(add {k}={_py(v)})")
+                else:
+                    a, b = offs(hit.value.lineno, hit.value.col_offset), offs(hit.value.end_lineno, hit.value.end_col_offset)
+                    if self.text[a:b] != _py(v):
+                        repl.append((a, b, _py(v)))
+                        summary.append(f"CompileConfig({k}={self.text[a:b]} -> {_py(v)})")
+            return
+        if not on:
+            return  # no CompileConfig: async TP is already off
+        trainer = calls["Trainer.Config"][0] if calls["Trainer.Config"] else None
+        imported = any(isinstance(n, ast.ImportFrom) and any(a.name == "CompileConfig" and a.asname is None for a in n.names)
+                       for n in tree.body)
+        if trainer is None or not imported or any(x.arg == "compile" for x in trainer.keywords):
+            raise InputError(f"{self.path.name}:{self.function}", "async tensor parallelism",
+                             "a Trainer.Config(...) call and CompileConfig imported from torchtitan.config to set "
+                             "compile=CompileConfig(enable=True, enable_async_tensor_parallel=True) in (edit it by hand)")
+        body = "compile=CompileConfig(enable=True, enable_async_tensor_parallel=True)"
+        repl.append(_insert_arg(trainer, body, offs))
+        summary.append(f"{self.function}(): add {body}")
 
 
 def _insert_arg(call: ast.Call, text: str, offs) -> tuple[int, int, str]:

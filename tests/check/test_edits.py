@@ -14,6 +14,7 @@ from planner.check.edits_shell import _cut_words
 from planner.emit.megatron import pipeline_layout
 from planner.check.job import Overrides
 from planner.errors import InputError
+from tests.conftest import SHARED_ENGINES
 
 SCRIPT = """#!/bin/bash
 GPUS_PER_NODE=8
@@ -170,3 +171,75 @@ def test_two_flags_with_the_same_value_on_one_line_are_each_edited(tmp_path):
     (tmp_path / "edited.sh").write_text(text)
     back = read_job([str(tmp_path / "edited.sh")]).parallel
     assert (back.tp, back.pp) == (1, 2)
+
+
+def _titan_job(tmp_path, extra=""):
+    p = tmp_path / "tp.toml"
+    p.write_text('[model]\nname = "llama3"\nflavor = "8B"\n\n[training]\nlocal_batch_size = 2\nseq_len = 8192\n\n'
+                 '[parallelism]\ntensor_parallel_degree = 8\ndata_parallel_shard_degree = -1\n\n'
+                 '[activation_checkpoint]\nmode = "full"\n' + extra)
+    return p
+
+
+def _edited_job(tmp_path, cj, par, o):
+    ed = cj.editor.edit(cj, par)
+    out = tmp_path / "edited"
+    out.mkdir(exist_ok=True)
+    for path, text in ed.files.items():
+        (out / Path(path).name).write_text(text)
+    return ed, out
+
+
+def test_toml_edit_turns_async_tp_on_with_compile(tmp_path):
+    """The editor writes torchtitan's async TP (the plan's tp_comm_overlap) and the torch.compile
+    of the model it needs; the edited file reads back with the overlap on and the same price."""
+    o = Overrides(gpus=16)
+    cj = read_job([str(_titan_job(tmp_path, '\n[compile]\nenable = false\ncomponents = ["loss"]\n'))], o)
+    assert cj.parallel.tp_comm_overlap is False
+    par = cj.parallel.replace(tp_comm_overlap=True)
+    ed, out = _edited_job(tmp_path, cj, par, o)
+    import tomllib  # noqa: PLC0415
+
+    doc = tomllib.loads(next(iter(ed.files.values())))
+    assert doc["parallelism"]["enable_async_tensor_parallel"] is True
+    assert doc["compile"] == {"enable": True, "components": ["model", "loss"]}
+    back = read_job([str(out / "tp.toml")], o)
+    assert back.parallel.tp_comm_overlap is True
+    want = planner.estimate(cj.model, cj.cluster, cj.job, par, cj.engine).step_time_s
+    assert planner.estimate(back.model, back.cluster, back.job, back.parallel, back.engine).step_time_s == pytest.approx(want, rel=1e-12)
+    # and off again: the flag is written false, compile left as the user has it
+    ed2 = back.editor.edit(back, back.parallel.replace(tp_comm_overlap=False))
+    doc2 = tomllib.loads(next(iter(ed2.files.values())))
+    assert doc2["parallelism"]["enable_async_tensor_parallel"] is False and doc2["compile"]["enable"] is True
+
+
+def test_search_keeps_a_jobs_async_tp(tmp_path):
+    """tp_comm_overlap is a torchtitan setting the job controls: changes that do not release it keep it."""
+    o = Overrides(gpus=16)
+    p = _titan_job(tmp_path, '\n[compile]\nenable = true\n')
+    p.write_text(p.read_text().replace("tensor_parallel_degree = 8\n", "tensor_parallel_degree = 8\nenable_async_tensor_parallel = true\n"))
+    cj = read_job([str(p)], o)
+    assert cj.parallel.tp_comm_overlap is True and "tp_comm_overlap" not in cj.editor.uncontrolled
+    r = check_job(cj, top=3, time_limit_s=10)
+    for ch in r.changes:
+        if "tp_comm_overlap" not in ch.released and ch.parallel.tp > 1 and ch.source == "search":
+            assert ch.parallel.tp_comm_overlap is True, ch.label
+
+
+@pytest.mark.skipif(not (SHARED_ENGINES / "torchtitan" / "current").is_dir(), reason="../shared/engines is not beside the project")
+@pytest.mark.parametrize("fn,on", [("llama3_405b", False), ("llama3_70b", True)])
+def test_030_module_edit_sets_async_tp_in_compile_config(tmp_path, fn, on):
+    """0.3.0 keeps the switch in CompileConfig (config/configs.py): the edit rewrites or adds its
+    keyword there, never in ParallelismConfig, and the edited module reads back with it."""
+    src = SHARED_ENGINES / "torchtitan" / "current" / "llama3_config_registry.py"
+    (tmp_path / src.name).write_text(src.read_text())
+    o = Overrides(gpus=512 if fn == "llama3_405b" else 64)
+    cj = read_job([f"{tmp_path / src.name}:{fn}"], o)
+    assert cj.parallel.tp > 1 and cj.parallel.tp_comm_overlap is (not on)
+    par = cj.parallel.replace(tp_comm_overlap=on)
+    ed, out = _edited_job(tmp_path, cj, par, o)
+    text = next(iter(ed.files.values()))
+    assert f"enable_async_tensor_parallel={on}" in text
+    assert "ParallelismConfig(" not in text.split("enable_async_tensor_parallel")[0].rsplit("CompileConfig(", 1)[-1]
+    back = read_job([f"{out / src.name}:{fn}"], o)
+    assert back.parallel.tp_comm_overlap is on
