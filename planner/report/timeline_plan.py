@@ -12,7 +12,7 @@ Per-stage, per-micro-batch durations come from :func:`planner.cost.estimate.laye
 the dense layer's own forward/backward times (the logits layer 1 : 2), tensor-parallel
 communication goes with the pass that issues it (2 all-reduces in forward, the exposed
 part of 2 in backward, 2 more in a full recompute), context/expert-parallel communication
-is split evenly over the passes that run it. Pipeline sends are the simulator's ``p2p``
+is split evenly over the passes that run it. Pipeline sends (their exposed share) are the simulator's ``p2p``
 events. The simulated pipeline is followed, on every stage, by one ``dp_comm`` event and
 one ``optimizer`` event so that each stage's row adds up to the predicted step time:
 ``optimizer`` is the predicted optimizer step, ``dp_comm`` the rest (exposed data-parallel
@@ -174,7 +174,10 @@ def stage_phases(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parallel
         fw_f, fw_w = stage_fw(costs, n, nd, i == par.pp - 1)
         pp_i = stage_time_parts(costs, n, nd, i == par.pp - 1, i == 0)["pp_comm"]  # what the schedule leaves exposed
         out.append({"fwd_s": f, "bwd_s": b, "recompute_s": r, "pp_comm_s": pp_i, "wgrad_s": fw_w, "fw_f_s": fw_f})
-    return out, (raw["t_p2p"] if par.pp > 1 else 0.0)
+    # the simulator's one send time: the exposed share of a send (2 v sends per micro-batch on each
+    # stage), so an engine that overlaps the interleaved send/recv is drawn as priced
+    p2p = max(o["pp_comm_s"] for o in out) / (2 * max(1, par.vpp)) if par.pp > 1 and raw["t_p2p"] > 0 else 0.0
+    return out, p2p
 
 
 @dataclass(frozen=True)
