@@ -132,13 +132,13 @@ def plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n:,} {word if n == 1 else (many or word + 's')}"
 
 
-def fmt_precision(precision: str, fp8_recipe: str = "", fp8_weights: bool = False) -> str:
-    """The precision as headers print it: "fp8 (rowwise)", "fp8 (delayed, FP8 weights)" with a
-    concrete FP8 recipe, else the precision alone.
+def fmt_precision(precision: str, fp8_recipe: str = "", fp8_weights: bool = False, fp8_tp: bool = False) -> str:
+    """The precision as headers print it: "fp8 (rowwise)", "fp8 (delayed, FP8 weights)",
+    "fp8 (tensorwise, FP8 TP gathers)" with a concrete FP8 recipe, else the precision alone.
 
-    >>> fmt_precision("fp8", "delayed", True), fmt_precision("bf16")
-    ('fp8 (delayed, FP8 weights)', 'bf16')
+    >>> fmt_precision("fp8", "delayed", True), fmt_precision("fp8", "tensorwise", False, True), fmt_precision("bf16")
+    ('fp8 (delayed, FP8 weights)', 'fp8 (tensorwise, FP8 TP gathers)', 'bf16')
     """
     if precision != "fp8" or not fp8_recipe or fp8_recipe == "auto":
         return precision
-    return f"fp8 ({fp8_recipe}{', FP8 weights' if fp8_weights else ''})"
+    return f"fp8 ({fp8_recipe}{', FP8 weights' if fp8_weights else ''}{', FP8 TP gathers' if fp8_tp else ''})"

@@ -52,7 +52,7 @@ def render_text(r: CheckReport, verbose: bool = False) -> str:
              f"vocab {m.vocab}" + (f", {m.moe.experts} experts top-{m.moe.top_k}" if m.moe else "")
              + (f", {m.mtp_layers} MTP module(s)" if m.mtp_layers else ""))
     L.append(f"  {c.num_gpus} x {c.gpu.id} ({c.num_nodes} node(s) x {c.gpus_per_node}); seq {j.seq_len}, global batch {j.global_batch_size}, "
-             f"{fmt_precision(j.precision, j.fp8_recipe, bool(j.fp8_param_gather))}"
+             f"{fmt_precision(j.precision, j.fp8_recipe, bool(j.fp8_param_gather), bool(j.fp8_tp_gather))}"
              + (f", gradients {j.grad_reduce}" if j.grad_reduce != "auto" else ""))
     L.append(f"  as written: {_par_line(cj.parallel)}; layers per stage {list(e.layers_per_stage)}")
     moe_only = () if m.moe else ("parallel.ep", "parallel.etp", "parallel.moe_a2a_overlap", "parallel.moe_dispatcher")  # fields a dense model does not have
@@ -162,7 +162,8 @@ def as_json(r: CheckReport) -> dict:
         "hardware": {"gpu": cj.cluster.gpu.id, "num_gpus": cj.cluster.num_gpus, "gpus_per_node": cj.cluster.gpus_per_node,
                      "nvlink_domain": cj.cluster.nvlink_domain},
         "job": {"seq_len": cj.job.seq_len, "global_batch_size": cj.job.global_batch_size, "precision": cj.job.precision,
-                "grad_reduce": cj.job.grad_reduce, "fp8_recipe": cj.job.fp8_recipe, "fp8_param_gather": cj.job.fp8_param_gather},
+                "grad_reduce": cj.job.grad_reduce, "fp8_recipe": cj.job.fp8_recipe, "fp8_param_gather": cj.job.fp8_param_gather,
+                "fp8_tp_gather": cj.job.fp8_tp_gather},
         "parallel": cj.parallel.as_dict(),
         "settings": cj.as_dict()["settings"],
         "ignored": list(cj.ignored),

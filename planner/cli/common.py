@@ -191,19 +191,20 @@ def precision_text(job: Job, engine: str | None) -> str:
         return job.precision
     from planner.engines import fp8_recipe  # noqa: PLC0415
 
-    return fmt_precision("fp8", fp8_recipe(get_engine(engine), job))
+    return fmt_precision("fp8", fp8_recipe(get_engine(engine), job), False, bool(job.fp8_tp_gather))
 
 
-def with_fp8(job: Job, fp8_recipe: str | None, fp8_param_gather: bool | None) -> Job:
+def with_fp8(job: Job, fp8_recipe: str | None, fp8_param_gather: bool | None, fp8_tp_gather: bool | None = None) -> Job:
     """``job`` with the FP8 flags that were given (None: left as it is); Job checks them, the
     engine's lists when priced."""
-    extra = {k: v for k, v in (("fp8_recipe", fp8_recipe), ("fp8_param_gather", fp8_param_gather)) if v is not None}
+    extra = {k: v for k, v in (("fp8_recipe", fp8_recipe), ("fp8_param_gather", fp8_param_gather),
+                               ("fp8_tp_gather", fp8_tp_gather)) if v is not None}
     return dataclasses.replace(job, **extra) if extra else job
 
 
 def setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len,
                    global_batch_size, precision, attention, scenario, run_id, engine=None, grad_reduce=None, profile=None,
-                   allow_auto: bool = False, fp8_recipe=None, fp8_param_gather=None, **parallel) -> Setup:
+                   allow_auto: bool = False, fp8_recipe=None, fp8_param_gather=None, fp8_tp_gather=None, **parallel) -> Setup:
     """The setup of every pricing command: from a scenario (its non-null parallel fields fixed,
     then the flags') or from flags; ``parallel`` holds the parallel flags (None = free or the
     engine's default); ``engine`` names the engine (default :data:`planner.engines.DEFAULT_ENGINE`,
@@ -222,7 +223,7 @@ def setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_
         setup.engine = AUTO if str(engine).lower() == AUTO and allow_auto else get_engine(engine).name
     if grad_reduce is not None:
         setup.job = dataclasses.replace(setup.job, grad_reduce=grad_reduce)  # validated by Job
-    setup.job = with_fp8(setup.job, fp8_recipe, fp8_param_gather)
+    setup.job = with_fp8(setup.job, fp8_recipe, fp8_param_gather, fp8_tp_gather)
     return setup.with_profile(profile)
 
 

@@ -207,4 +207,5 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig,
         resolved=filled,
         fp8_recipe=fp8_recipe(eng, job),
         fp8_param_gather=fp8_gathers(eng, job, par.zero),
+        fp8_tp_gather=bool(job.fp8_tp_gather and par.tp > 1),
     )

@@ -48,6 +48,7 @@ class Estimate:
     memory_margin: float = 0.0  # fraction of the capacity kept free (Constants.MEMORY_MARGIN_FRACTION, --memory-margin)
     fp8_recipe: str = ""  # the FP8 scaling recipe priced ("" in 16-bit; planner.engines.fp8_recipe)
     fp8_param_gather: bool = False  # FP8 primary weights gathered in FP8 (planner.engines.fp8_gathers, ZeRO >= 1)
+    fp8_tp_gather: bool = False  # TP all-gathers activations in FP8 (Job.fp8_tp_gather, torchao Float8 TP; tp > 1)
 
     # Memory: ``memory_peak_bytes`` is what the fullest GPU needs (the allocator's reserved peak
     # plus device memory outside it); feasibility compares it with the capacity less the margin.
@@ -144,6 +145,7 @@ class Estimate:
             "engine": self.engine,
             "fp8_recipe": self.fp8_recipe or None,
             "fp8_param_gather": self.fp8_param_gather,
+            "fp8_tp_gather": self.fp8_tp_gather,
             "resolved_by_engine": list(self.resolved),
             "time_breakdown_s": dict(self.time_breakdown_s),
             "communication": list(self.comm),

@@ -39,3 +39,27 @@ def test_plan_keeps_a_fixed_graph_and_dispatcher():
 def test_a_bad_value_is_one_line_exit_2(argv, flag):
     code, _, err = _run(argv)
     assert code == 2 and len(err.strip().splitlines()) == 1 and flag in err, err
+
+
+def test_fp8_tp_gather_flag_reaches_the_price_the_json_and_the_header():
+    """--fp8-tp-gather (torchao's Float8 TP, tensor-wise on torchtitan): the TP all-gathers move
+    1-byte activations, so the step is faster; the JSON and the header say so; off tensor-wise
+    or on Transformer Engine it is one line with exit code 2."""
+    base = ["estimate", "--model", "llama3.1-8b", "--gpus", "8", "--tp", "4", "--zero", "3", "--engine", "torchtitan",
+            "--precision", "fp8", "--fp8-recipe", "tensorwise"]
+    steps = {}
+    for flag in ("--fp8-tp-gather", "--no-fp8-tp-gather"):
+        code, out, err = _run([*base, flag, "--json"])
+        assert code == 0, err
+        doc = json.loads(out)
+        assert doc["predicted"]["fp8_tp_gather"] is (flag == "--fp8-tp-gather") and doc["job"]["fp8_tp_gather"] is (flag == "--fp8-tp-gather")
+        steps[flag] = doc["predicted"]["step_time_s"]
+    assert steps["--fp8-tp-gather"] < steps["--no-fp8-tp-gather"]
+    code, out, err = _run([*base, "--fp8-tp-gather"])
+    assert code == 0 and "FP8 TP gathers" in out.splitlines()[0]
+    code, out, err = _run(["plan", *base[1:], "--fp8-tp-gather", "--top", "2", "--json"])
+    assert code == 0, err
+    assert all(p["predicted"]["fp8_tp_gather"] is (p["parallel"]["tp"] > 1) for p in json.loads(out)["plans"])
+    for bad in (["--fp8-recipe", "rowwise"], ["--engine", "megatron-core"]):
+        code, _, err = _run([*base, *bad, "--fp8-tp-gather"])
+        assert code == 2 and "job.fp8_tp_gather" in err and len(err.strip().splitlines()) == 1
