@@ -43,6 +43,11 @@ GRAD_REDUCE = ("auto", "fp32", "bf16")
 # scales on Blackwell, blockwise = 1x128 / 128x128 blocks) and torchao's through torchtitan's
 # quantize.linear.float8.recipe_name (tensorwise, rowwise, rowwise_with_gw_hp); "auto" = the
 # engine's default.
+# How the loss's cross-entropy runs ("auto": the engine's default; planner.engines.profile.Engine.loss_kernels):
+# Megatron's vocab-parallel cross entropy eager ("unfused"), under --cross-entropy-loss-fusion
+# ("native", jit-fused; "te", Transformer Engine's Triton kernel), or PyTorch's F.cross_entropy on
+# fp32 logits ("torch": torchtitan, Hugging Face models under DeepSpeed).
+CROSS_ENTROPY = ("auto", "unfused", "native", "te", "torch")
 FP8_RECIPES = ("auto", "delayed", "tensorwise", "mxfp8", "blockwise", "rowwise", "rowwise_with_gw_hp")
 RECOMPUTE_KINDS = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "zb-v", "dualpipe")
@@ -371,6 +376,8 @@ class Job:
     # apply_tp tests '"float8" in model.converters'); None: what the engine does (bf16 on every
     # engine the planner describes).
     fp8_tp_gather: bool | None = None
+    # The loss's cross-entropy kernels (CROSS_ENTROPY; "auto": the engine's default).
+    cross_entropy: str = "auto"
 
     def __post_init__(self) -> None:
         _positive_int("job.seq_len", self.seq_len)
@@ -378,6 +385,7 @@ class Job:
         _choice("job.precision", self.precision, PRECISIONS)
         _choice("job.grad_reduce", self.grad_reduce, GRAD_REDUCE)
         _choice("job.fp8_recipe", self.fp8_recipe, FP8_RECIPES)
+        _choice("job.cross_entropy", self.cross_entropy, CROSS_ENTROPY)
         if self.fp8_recipe != "auto" and self.precision != "fp8":
             raise InputError("job.fp8_recipe", self.fp8_recipe, f"auto for a 16-bit ({self.precision}) run (a scaling recipe needs precision fp8)")
         if self.fp8_param_gather is not None and (not isinstance(self.fp8_param_gather, bool) or self.precision != "fp8"):
@@ -398,9 +406,9 @@ class Job:
 
 def job_options(block: dict) -> dict:
     """The optional Job fields a job block of a runs file or plan document gives (precision,
-    grad_reduce, fp8_recipe, fp8_param_gather, fp8_tp_gather); Job's own defaults fill the rest."""
+    grad_reduce, fp8_recipe, fp8_param_gather, fp8_tp_gather, cross_entropy); Job's own defaults fill the rest."""
     out = {k: block[k] for k in ("precision", "grad_reduce") if k in block}
-    out.update({k: block[k] for k in ("fp8_recipe", "fp8_param_gather", "fp8_tp_gather") if block.get(k) is not None})  # null: unknown, the defaults
+    out.update({k: block[k] for k in ("fp8_recipe", "fp8_param_gather", "fp8_tp_gather", "cross_entropy") if block.get(k) is not None})  # null: unknown, the defaults
     return out
 
 

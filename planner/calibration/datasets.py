@@ -88,8 +88,8 @@ def run_model_fields(run_id: str) -> dict:
 
 
 def run_job_fields(run_id: str) -> dict:
-    """Job fields the runs file cannot hold but its source states (the FP8 recipe and whether
-    FSDP gathers FP8 weights): from ``run_engines.yaml``'s ``job_rules`` whose ``id_regex``
+    """Job fields the runs file cannot hold but its source states (the FP8 recipe, whether
+    FSDP or TP gathers in FP8, the cross-entropy kernels): from ``run_engines.yaml``'s ``job_rules`` whose ``id_regex``
     matches the run, the first rule per field."""
     import re  # noqa: PLC0415
 

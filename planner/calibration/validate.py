@@ -176,7 +176,7 @@ def with_sidecars(run: Run) -> tuple[Run, dict]:
     null (``run_recipes.yaml``); and those recipe fields. ``validate`` and ``--scenario`` read a
     run the same way."""
     over = run_model_fields(run.id)
-    job_over = run_job_fields(run.id) if run.job.precision == "fp8" else {}
+    job_over = {k: v for k, v in run_job_fields(run.id).items() if run.job.precision == "fp8" or not k.startswith("fp8_")}
     recipe, _ = run_recipe(run.id)
     recipe = {k: v for k, v in recipe.items() if run.parallel.get(k) is None}  # only what the row leaves out
     if over.get("moe") is not None and run.model.moe is not None:

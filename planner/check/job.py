@@ -211,7 +211,7 @@ def finish(d: Draft, o: Overrides | None = None) -> CheckedJob:
         raise InputError(f"{where}: global batch", gbs, f"a multiple of micro-batch x dp = {mb} x {dp} = {mb * dp}")
     job = Job(seq_len=seq, global_batch_size=gbs, precision=d.get("job.precision", "bf16"), grad_reduce=d.get("job.grad_reduce", "auto"),
               fp8_recipe=d.get("job.fp8_recipe", "auto"), fp8_param_gather=d.get("job.fp8_param_gather"),
-              fp8_tp_gather=d.get("job.fp8_tp_gather"))
+              fp8_tp_gather=d.get("job.fp8_tp_gather"), cross_entropy=d.get("job.cross_entropy", "auto"))
     lps = par.get("layers_per_stage")
     if lps is None:
         from planner.engines import default_split, get_engine  # noqa: PLC0415

@@ -359,6 +359,16 @@ def _job(d: Draft, p: Parsed) -> None:
             d.set("job.fp8_param_gather", True, "file", _src(p, "--fp8-param-gather"))
         else:
             d.set("job.fp8_param_gather", False, "default", "Megatron default: bf16 weights (no --fp8-param-gather)")
+    if d.engine == "megatron-core":
+        if p.has("--cross-entropy-loss-fusion"):
+            impl = p.one("--cross-entropy-fusion-impl") if p.has("--cross-entropy-fusion-impl") else "native"
+            if impl == "te":  # this Megatron-LM refuses it (arguments.py validate_args)
+                raise InputError(_src(p, "--cross-entropy-fusion-impl"), "te", "native with --cross-entropy-loss-fusion (Megatron-LM's "
+                                 "validate_args: Transformer Engine cross entropy loss fusion is disabled due to stability issues)")
+            d.set("job.cross_entropy", impl, "file", _src(p, "--cross-entropy-loss-fusion"))
+        else:
+            d.set("job.cross_entropy", "unfused", "default",
+                  "Megatron default: eager vocab-parallel cross entropy (no --cross-entropy-loss-fusion; model_parallel_config.py)")
     if p.has("--grad-reduce-in-bf16"):
         d.set("job.grad_reduce", "bf16", "file", _src(p, "--grad-reduce-in-bf16"))
     elif prec == "fp16" and p.has("--accumulate-allreduce-grads-in-fp32"):

@@ -50,7 +50,7 @@ def read_plan_doc(path: Path, doc: dict, rank: int | None = None) -> Draft:
             d.set(f"hardware.{key}", hw[key], "file", f"{name}: hardware.{key}")
     d.hardware = {"inter_node": hw.get("inter_node"), "intra_node": hw.get("intra_node")}  # type: ignore[attr-defined]
     j = doc.get("job") or {}
-    for key in ("seq_len", "global_batch_size", "precision", "grad_reduce", "fp8_recipe", "fp8_param_gather", "fp8_tp_gather"):
+    for key in ("seq_len", "global_batch_size", "precision", "grad_reduce", "fp8_recipe", "fp8_param_gather", "fp8_tp_gather", "cross_entropy"):
         if j.get(key) is not None:
             d.set(f"job.{key}", j[key], "file", f"{name}: job.{key}")
     par = chosen.get("parallel") or {}

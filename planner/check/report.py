@@ -163,7 +163,7 @@ def as_json(r: CheckReport) -> dict:
                      "nvlink_domain": cj.cluster.nvlink_domain},
         "job": {"seq_len": cj.job.seq_len, "global_batch_size": cj.job.global_batch_size, "precision": cj.job.precision,
                 "grad_reduce": cj.job.grad_reduce, "fp8_recipe": cj.job.fp8_recipe, "fp8_param_gather": cj.job.fp8_param_gather,
-                "fp8_tp_gather": cj.job.fp8_tp_gather},
+                "fp8_tp_gather": cj.job.fp8_tp_gather, "cross_entropy": cj.job.cross_entropy},
         "parallel": cj.parallel.as_dict(),
         "settings": cj.as_dict()["settings"],
         "ignored": list(cj.ignored),

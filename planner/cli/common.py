@@ -204,7 +204,8 @@ def with_fp8(job: Job, fp8_recipe: str | None, fp8_param_gather: bool | None, fp
 
 def setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len,
                    global_batch_size, precision, attention, scenario, run_id, engine=None, grad_reduce=None, profile=None,
-                   allow_auto: bool = False, fp8_recipe=None, fp8_param_gather=None, fp8_tp_gather=None, **parallel) -> Setup:
+                   allow_auto: bool = False, fp8_recipe=None, fp8_param_gather=None, fp8_tp_gather=None, cross_entropy=None,
+                   **parallel) -> Setup:
     """The setup of every pricing command: from a scenario (its non-null parallel fields fixed,
     then the flags') or from flags; ``parallel`` holds the parallel flags (None = free or the
     engine's default); ``engine`` names the engine (default :data:`planner.engines.DEFAULT_ENGINE`,
@@ -224,6 +225,8 @@ def setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_
     if grad_reduce is not None:
         setup.job = dataclasses.replace(setup.job, grad_reduce=grad_reduce)  # validated by Job
     setup.job = with_fp8(setup.job, fp8_recipe, fp8_param_gather, fp8_tp_gather)
+    if cross_entropy is not None:
+        setup.job = dataclasses.replace(setup.job, cross_entropy=cross_entropy)  # validated by Job, then by the engine
     return setup.with_profile(profile)
 
 
@@ -256,7 +259,7 @@ def plan_document(setup: Setup, plans: list, search: dict | None) -> dict:
         "planner_version": __version__,
         "model": model,
         "job": {"seq_len": j.seq_len, "global_batch_size": j.global_batch_size, "precision": j.precision, "grad_reduce": j.grad_reduce,
-                "fp8_recipe": j.fp8_recipe, "fp8_param_gather": j.fp8_param_gather, "fp8_tp_gather": j.fp8_tp_gather},
+                "fp8_recipe": j.fp8_recipe, "fp8_param_gather": j.fp8_param_gather, "fp8_tp_gather": j.fp8_tp_gather, "cross_entropy": j.cross_entropy},
         "hardware": hardware,
         "engine": setup.engine,
         "constants": _changed_constants(setup.constants),

@@ -36,7 +36,7 @@ def estimate_cmd(
     cluster: O.ClusterOpt = None, nic_gbps: O.NicOpt = None, nics_per_node: O.NicsOpt = None, network: O.NetOpt = None,
     seq_len: O.SeqOpt = None, global_batch_size: O.GbsOpt = None, precision: O.PrecOpt = None, attention: O.AttnOpt = None,
     engine: O.EngineOpt = None, grad_reduce: O.GradOpt = None, fp8_recipe: O.Fp8RecipeOpt = None, fp8_param_gather: O.Fp8GatherOpt = None,
-    fp8_tp_gather: O.Fp8TpGatherOpt = None, tp: O.TpOpt = None, pp: O.PpOpt = None, dp: O.DpOpt = None, cp: O.CpOpt = None, ep: O.EpOpt = None, vpp: O.VppOpt = None,
+    fp8_tp_gather: O.Fp8TpGatherOpt = None, cross_entropy: O.CrossEntropyOpt = None, tp: O.TpOpt = None, pp: O.PpOpt = None, dp: O.DpOpt = None, cp: O.CpOpt = None, ep: O.EpOpt = None, vpp: O.VppOpt = None,
     micro_batch_size: O.MbOpt = None, recompute: O.RecOpt = None, schedule: O.SchedOpt = None, sequence_parallel: O.SpOpt = None, zero: O.ZeroOpt = None,
     scenario: O.ScenarioOpt = None, id: O.IdOpt = None, profile: ProfileOpt = None, json: O.JsonOpt = False,
     memory_margin: O.MarginOpt = None, cuda_graph: O.GraphOpt = None, moe_dispatcher: O.DispatcherOpt = None,
@@ -60,7 +60,7 @@ def estimate_cmd(
                            cp=cp, ep=ep, vpp=vpp, micro_batch_size=micro_batch_size, recompute=recompute,
                            sequence_parallel=sequence_parallel, zero=zero, schedule=schedule, cuda_graph=cuda_graph,
                            moe_dispatcher=moe_dispatcher, fp8_recipe=fp8_recipe, fp8_param_gather=fp8_param_gather,
-                           fp8_tp_gather=fp8_tp_gather)
+                           fp8_tp_gather=fp8_tp_gather, cross_entropy=cross_entropy)
     C = setup.constants if memory_margin is None else setup.constants.replace(MEMORY_MARGIN_FRACTION=O.check_margin(memory_margin))
     est = estimate(setup.model, setup.cluster, setup.job, parallel_from_setup(setup), setup.engine, C)
     best = Plan(1, est.parallel, est)

@@ -8,7 +8,7 @@ import typer
 
 __all__ = [
     "ModelOpt", "GpuOpt", "GpusOpt", "GpnOpt", "ClusterOpt", "NicOpt", "NicsOpt", "NetOpt", "SeqOpt", "GbsOpt",
-    "PrecOpt", "GradOpt", "Fp8RecipeOpt", "Fp8GatherOpt", "Fp8TpGatherOpt", "EngineOpt", "AttnOpt", "TpOpt", "PpOpt", "DpOpt", "CpOpt", "EpOpt", "VppOpt", "MbOpt", "RecOpt", "SpOpt",
+    "PrecOpt", "GradOpt", "Fp8RecipeOpt", "Fp8GatherOpt", "Fp8TpGatherOpt", "CrossEntropyOpt", "EngineOpt", "AttnOpt", "TpOpt", "PpOpt", "DpOpt", "CpOpt", "EpOpt", "VppOpt", "MbOpt", "RecOpt", "SpOpt",
     "ZeroOpt", "ScenarioOpt", "IdOpt", "JsonOpt", "GraphOpt", "DispatcherOpt",
 ]
 
@@ -27,6 +27,7 @@ MarginOpt = Annotated[Optional[float], typer.Option("--memory-margin", help="Fra
 Fp8RecipeOpt = Annotated[Optional[str], typer.Option("--fp8-recipe", help="FP8 scaling recipe with --precision fp8: auto (what the planner's launch files write: delayed on megatron-core, rowwise on torchtitan) | delayed | tensorwise | mxfp8 (Blackwell) | blockwise (megatron-core) | rowwise | rowwise_with_gw_hp | tensorwise (torchtitan).")]
 Fp8GatherOpt = Annotated[Optional[bool], typer.Option("--fp8-param-gather/--no-fp8-param-gather", help="FP8 primary weights, all-gathered in FP8 (Megatron --fp8-param-gather; torchtitan tensorwise enable_fsdp_float8_all_gather). Unset: the engine's launch default (off on megatron-core, on for torchtitan tensorwise).")]
 Fp8TpGatherOpt = Annotated[Optional[bool], typer.Option("--fp8-tp-gather/--no-fp8-tp-gather", help="Tensor parallelism all-gathers activations in FP8 (torchao Float8 TP with the tensorwise recipe; torchtitan runs with Float8ColwiseParallel). Unset: off.")]
+CrossEntropyOpt = Annotated[Optional[str], typer.Option("--cross-entropy", help="The loss's cross-entropy kernels: auto (the engine's default: Megatron's eager vocab-parallel one, PyTorch's on torchtitan and DeepSpeed) | unfused | native (Megatron --cross-entropy-loss-fusion) | te (with --cross-entropy-fusion-impl te) | torch.")]
 GradOpt = Annotated[Optional[str], typer.Option("--grad-reduce", help="Gradient accumulation/reduction dtype: auto (fp32 for bf16/fp8, fp16 for fp16) | fp32 | bf16.")]
 EngineOpt = Annotated[Optional[str], typer.Option("--engine", "-e", help="Training engine: megatron-core (default) | megatron-legacy | deepspeed | megatron-deepspeed | torchtitan | megatron-zb (planner engines list).")]
 AttnOpt = Annotated[Optional[str], typer.Option("--attention", help="flash | unfused | auto (auto: the engine's kernel where the GPU has it).")]

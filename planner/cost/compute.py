@@ -31,7 +31,7 @@ from planner.specs import GpuSpec, ModelSpec
 
 __all__ = [
     "supports_flash",
-    "LayerTimes", "gemm_time", "layer_times", "logits_times", "gpu_generation", "shape_half_dim",
+    "LayerTimes", "MEGATRON_LOSS_BYTES", "gemm_time", "layer_times", "logits_times", "gpu_generation", "shape_half_dim",
     "attention_efficiency", "moe_load_factor", "fp8_quant_time", "layer_kernels", "stream_time",
 ]
 
@@ -305,18 +305,26 @@ def layer_times(
     return LayerTimes(fwd_gemm, bwd_gemm, fwd_attn, bwd_attn, fwd_el, bwd_el, q_fwd, q_bwd)
 
 
-@lru_cache(maxsize=8192)
-def logits_times(model: ModelSpec, gpu: GpuSpec, precision: str, micro_batch: int, seq_len: int, tp: int, cp: int, C: Constants) -> tuple[float, float]:
-    """(forward, backward) seconds of the output layer and cross-entropy on the last stage.
+# Bytes per logit element Megatron's eager vocab-parallel cross entropy moves (megatron-core
+# tensor_parallel/cross_entropy.py, the same steps in Megatron-LM 2021 mpu/cross_entropy.py):
+# forward .float() (read 2, write 4), max (read 4), subtract the max in place (8), exp in place
+# (8), sum (read 4), divide in place (8) = 38; backward mul_ by the loss gradient (8) and the cast of
+# the fp32 gradient back to the 16-bit logits (read 4, write 2) = 14. The default of layer_costs; each
+# engine's own figures are its profile's ``loss`` block (Engine.loss_kernels).
+MEGATRON_LOSS_BYTES = (38.0, 14.0)
 
-    Megatron computes the vocab-parallel cross-entropy in fp32 (read logits, write fp32
-    softmax, read it back in backward): ~14 bytes per logit element (6 forward, 8 backward).
-    """
+
+@lru_cache(maxsize=8192)
+def logits_times(model: ModelSpec, gpu: GpuSpec, precision: str, micro_batch: int, seq_len: int, tp: int, cp: int, C: Constants,
+                 loss_bytes: tuple[float, float] = MEGATRON_LOSS_BYTES) -> tuple[float, float]:
+    """(forward, backward) seconds of the output layer and cross-entropy on the last stage:
+    the logits GEMMs and ``loss_bytes`` (forward, backward) per logit element streamed by the
+    cross-entropy's kernels (Engine.loss_bytes)."""
     tokens = micro_batch * seq_len / cp
     prec = "bf16" if precision == "fp8" else precision  # the output layer stays in 16-bit
     f, b = _gemm_fwd_bwd(tokens, model.vocab / tp, model.hidden, gpu, prec, C)
     elems = tokens * model.vocab / tp
-    return f + stream_time(elems * 6, gpu, 3, C), b + stream_time(elems * 8, gpu, 3, C)
+    return f + stream_time(elems * loss_bytes[0], gpu, 3, C), b + stream_time(elems * loss_bytes[1], gpu, 3, C)
 
 
 def layer_kernels(model: ModelSpec, tp: int, sequence_parallel: bool, flash: bool, moe_layer: bool, ep: int) -> tuple[int, int]:

@@ -14,7 +14,7 @@ from functools import lru_cache
 from planner.cost import memory as M
 from planner.cost.comm import (GroupLinks, alltoall_time, cp_ring_exposed, cp_ring_time, degree_links, flex_dispatch_time,
                                group_links, moe_dispatch_bytes, mtp_tp_time, p2p_time, tp_allreduce_time)
-from planner.cost.compute import gemm_time, layer_kernels, layer_times, logits_times, moe_load_factor, stream_time
+from planner.cost.compute import MEGATRON_LOSS_BYTES, gemm_time, layer_kernels, layer_times, logits_times, moe_load_factor, stream_time
 from planner.cost.constants import Constants
 from planner.cost.flops import kv_exchange_width
 from planner.cost.memory_peak import stage_peak
@@ -58,7 +58,8 @@ def a2a_merged_fraction(par: ParallelConfig, m: int) -> float:
 
 
 def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, C: Constants, merged: float | None = None,
-                sac: str = "korthikanti", fp8: str = "te", p2p_overlap: bool = False, tp_copies: bool = False) -> tuple:
+                sac: str = "korthikanti", fp8: str = "te", p2p_overlap: bool = False, tp_copies: bool = False,
+                loss: tuple[float, float] = MEGATRON_LOSS_BYTES) -> tuple:
     """Per layer and micro-batch on one GPU: (dense costs, MoE costs, last-stage extra,
     per-stage pipeline send/recv, raw times), each cost a dict of seconds by kind.
     ``merged``: the share of passes whose expert all-to-all overlaps another micro-batch's
@@ -67,7 +68,8 @@ def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelC
     (:func:`planner.engines.fp8_casts`); ``p2p_overlap``: the engine runs the interleaved
     schedule's send/recv under other chunks' compute (:attr:`planner.engines.profile.Engine.overlap_p2p_comm`);
     ``tp_copies``: its sequence-parallel collectives re-lay their tensors in HBM
-    (:attr:`planner.engines.profile.Engine.tp_sequence_dim_copies`).
+    (:attr:`planner.engines.profile.Engine.tp_sequence_dim_copies`); ``loss``: (forward, backward)
+    bytes per logit element of its cross-entropy (:meth:`planner.engines.profile.Engine.loss_bytes`).
 
     Cached on the fields that matter (not ZeRO or the layer split), so the search reuses it."""
     if merged is None:
@@ -76,20 +78,23 @@ def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelC
            bool(par.sequence_parallel and par.tp > 1), bool(par.tp_comm_overlap), bool(par.async_tp_allreduce), par.attention == "flash",
            par.etp or par.tp, merged, par.moe_dispatcher or "alltoall", par.cuda_graph or "none",
            sac if par.recompute == "selective" else "korthikanti", fp8 if job.precision == "fp8" else "",
-           bool(p2p_overlap and par.pp > 1 and (par.vpp or 1) > 1), bool(tp_copies and par.tp > 1 and par.sequence_parallel))
+           bool(p2p_overlap and par.pp > 1 and (par.vpp or 1) > 1), bool(tp_copies and par.tp > 1 and par.sequence_parallel),
+           tuple(loss))
     return _layer_costs(model, cluster, job, key, C)
 
 
 def engine_layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig, C: Constants, engine: Engine) -> tuple:
     """:func:`layer_costs` as ``engine`` runs the layers: its selective-recompute policy, FP8 cast
-    scheme (for the configuration's ZeRO stage), interleaved send/recv overlap and TP re-layout copies."""
+    scheme (for the configuration's ZeRO stage), interleaved send/recv overlap, TP re-layout copies
+    and cross-entropy kernels (the job's, or the engine's default)."""
     return layer_costs(model, cluster, job, par, C, sac=engine.memory.selective, fp8=fp8_casts(engine, job, par.zero),
-                       p2p_overlap=engine.overlap_p2p_comm, tp_copies=engine.tp_sequence_dim_copies)
+                       p2p_overlap=engine.overlap_p2p_comm, tp_copies=engine.tp_sequence_dim_copies,
+                       loss=engine.loss_bytes(job.cross_entropy))
 
 
 @lru_cache(maxsize=65536)
 def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C: Constants) -> tuple:
-    tp, pp, dp, cp, ep, v, mb, rec, sp, tpo, asy, flash, etp, merged, disp, graph, sac, fp8, p2p_ovl, copies = key
+    tp, pp, dp, cp, ep, v, mb, rec, sp, tpo, asy, flash, etp, merged, disp, graph, sac, fp8, p2p_ovl, copies, loss = key
     gpu = cluster.gpu
     prec = job.precision
     s = job.seq_len
@@ -185,7 +190,7 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
         out["host"] = host_exposed(sum(out.values()), layer_host_s(model, tp, sp, flash, moe, ep, full or op_sac, graph, C), C)
         return out
 
-    lg_f, lg_b = logits_times(model, gpu, prec, mb, s, tp, cp, C)
+    lg_f, lg_b = logits_times(model, gpu, prec, mb, s, tp, cp, C, loss)
     if graph != "full_iteration":  # the output layer and loss run outside per-layer graphs
         lg_b += host_exposed(lg_f + lg_b, C.HOST_SECONDS_PER_KERNEL * C.HOST_LOGITS_KERNELS, C)
     a2a_f = 2 * t_a2a  # dispatch + combine of one forward

@@ -190,6 +190,20 @@ class Engine:
     # the planner's launch files turn it on when the job leaves it unset.
     fp8_gather_recipes: tuple[str, ...] = ()
     fp8_gather_default: bool = False
+    # The loss's cross-entropy (Job.cross_entropy): (name, forward bytes, backward bytes) per logit
+    # element its kernels move, for each way the engine runs it (the profile's ``loss`` block, each
+    # value counted from the engine's code there), and the one it runs unless told.
+    loss_kernels: tuple[tuple[str, float, float], ...] = (("unfused", 38.0, 14.0),)
+    loss_default: str = "unfused"
+
+    def loss_bytes(self, cross_entropy: str = "auto") -> tuple[float, float]:
+        """(forward, backward) bytes per logit element of the loss as the engine runs ``cross_entropy``
+        ("auto": its default); InputError when it has no such implementation."""
+        name = self.loss_default if cross_entropy == "auto" else cross_entropy
+        for n, f, b in self.loss_kernels:
+            if n == name:
+                return f, b
+        raise InputError("job.cross_entropy", cross_entropy, f"auto or one of {', '.join(n for n, _, _ in self.loss_kernels)} on {self.name}")
 
     @property
     def zero_stages(self) -> tuple[int, ...]:
@@ -263,7 +277,28 @@ def _from_dict(d: dict, where: str) -> Engine:
         tp_sequence_dim_copies=bool(feats.get("tp_sequence_dim_copies", False)),
         tp_comm_overlap_default=feats.get("tp_comm_overlap_default"),
         **_fp8(d.get("fp8") or {}, where),
+        **_loss(d.get("loss"), where),
     )
+
+
+def _loss(block: dict | None, where: str) -> dict:
+    """The profile's ``loss`` block: ``kernels`` {name: [forward, backward] bytes per logit}, ``default``."""
+    from planner.specs import CROSS_ENTROPY  # noqa: PLC0415
+
+    if not isinstance(block, dict) or not isinstance(block.get("kernels"), dict) or not block["kernels"]:
+        raise InputError(f"{where}.loss.kernels", None if not isinstance(block, dict) else block.get("kernels"),
+                         "a map of cross-entropy implementations to [forward, backward] bytes per logit element")
+    kernels = []
+    for name, fb in block["kernels"].items():
+        if name not in CROSS_ENTROPY or name == "auto":
+            raise InputError(f"{where}.loss.kernels", name, "one of " + ", ".join(x for x in CROSS_ENTROPY if x != "auto"))
+        if not (isinstance(fb, list) and len(fb) == 2 and all(isinstance(x, (int, float)) and x >= 0 for x in fb)):
+            raise InputError(f"{where}.loss.kernels.{name}", fb, "[forward, backward] bytes per logit element (>= 0)")
+        kernels.append((str(name), float(fb[0]), float(fb[1])))
+    default = str(block.get("default", kernels[0][0]))
+    if default not in {k[0] for k in kernels}:
+        raise InputError(f"{where}.loss.default", default, "one of the profile's loss.kernels")
+    return {"loss_kernels": tuple(kernels), "loss_default": default}
 
 
 def _fp8(f: dict, where: str) -> dict:

@@ -12,7 +12,7 @@ import math
 from typing import Any, Callable
 
 from planner.errors import InputError
-from planner.specs import FP8_RECIPES
+from planner.specs import CROSS_ENTROPY, FP8_RECIPES
 
 __all__ = [
     "MODEL_SCHEMA",
@@ -121,9 +121,10 @@ CLUSTER_SCHEMA: Schema = {
 }
 GRAD_REDUCE = _choice("auto", "fp32", "bf16")
 FP8_RECIPE = _choice(*FP8_RECIPES)
+CROSS_ENTROPY_CHOICE = _choice(*CROSS_ENTROPY)
 JOB_SCHEMA: Schema = {"!seq_len": "seq", "!global_batch_size": "gbs", "precision": PRECISION, "grad_reduce": GRAD_REDUCE,
                       "fp8_recipe": FP8_RECIPE, "fp8_param_gather": "bool?",
-                      "fp8_tp_gather": "bool?"}
+                      "fp8_tp_gather": "bool?", "cross_entropy": CROSS_ENTROPY_CHOICE}
 HARDWARE_SCHEMA: Schema = {"!gpu": "str", "!num_gpus": "gpus", "gpus_per_node": "gpn?", "inter_node": "inter?", "intra_node": "intra?"}
 PARALLEL_SCHEMA: Schema = {
     "tp": "int+?", "pp": "int+?", "dp": "int+?", "cp": "int+?", "ep": "int+?", "vpp": "int+?",

@@ -101,7 +101,7 @@ def _check(A, case: dict) -> dict:
                 "moe_shared_expert_intermediate_size", "sequence_parallel", "recompute_granularity",
                 "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
                 "untie_embeddings_and_output_weights", "normalization", "swiglu", "add_bias_linear", "overlap_moe_expert_parallel_comm",
-                "mtp_num_layers", "fp8", "fp8_recipe", "fp8_param_gather")
+                "mtp_num_layers", "fp8", "fp8_recipe", "fp8_param_gather", "cross_entropy_loss_fusion", "cross_entropy_fusion_impl")
         got = {k: getattr(args, k, None) for k in keys}
         got["config_overlap_moe_expert_parallel_comm"] = getattr(cfg, "overlap_moe_expert_parallel_comm", None)
         got["config_moe_token_dispatcher_type"] = getattr(cfg, "moe_token_dispatcher_type", None)

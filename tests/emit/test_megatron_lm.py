@@ -18,6 +18,7 @@ import pytest
 from emit_helpers import MEGATRON_PLANS, command_words, load
 from engine_env import megatron_lm_root, run_worker
 from planner.emit import emit_files
+from planner.errors import InputError
 from planner.emit.common import chunk_sizes, load_plan_view
 
 
@@ -86,12 +87,20 @@ def _fp8_doc(recipe: str) -> dict:
     return doc
 
 
+def _ce_doc(impl: str) -> dict:
+    """Llama 3 8B with the fused cross entropy it was priced with (--cross-entropy-loss-fusion, impl)."""
+    doc = copy.deepcopy(load("llama8b_fsdp_64gpu"))
+    doc["job"]["cross_entropy"] = impl
+    return doc
+
+
 CASES = {f"{fx}-{r}": (load(fx), r) for fx, r in MEGATRON_PLANS}
 CASES.update({"layout-vpp1": (_layout_doc(1), 1), "layout-vpp2": (_layout_doc(2), 1), "odd-chunks-vpp2": (_odd_doc(), 1),
               "a2a-overlap-etp1": (_a2a_overlap_doc(1), 3), "a2a-overlap-etp-tp": (_a2a_overlap_doc(2), 3),
               "flex-deepep": (_flex_doc("deepep"), 3), "flex-hybridep": (_flex_doc("hybridep"), 3),
               "cuda-graph-layer": (_graph_doc("layer"), 1), "cuda-graph-full-iteration": (_graph_doc("full_iteration"), 1),
-              "mtp": (_mtp_doc(), 1), "fp8-tensorwise": (_fp8_doc("tensorwise"), 1), "fp8-delayed": (_fp8_doc("delayed"), 1)})
+              "mtp": (_mtp_doc(), 1), "fp8-tensorwise": (_fp8_doc("tensorwise"), 1), "fp8-delayed": (_fp8_doc("delayed"), 1),
+              "ce-native": (_ce_doc("native"), 1)})
 
 
 def _controls() -> list[dict]:
@@ -165,6 +174,16 @@ def test_megatron_lm_accepts(megatron_results, name):
     if v.job.precision == "fp8":  # Megatron's own parser holds the recipe priced and the FP8 primary weights
         assert a["fp8"] == "hybrid" and a["fp8_recipe"] == ("delayed" if v.job.fp8_recipe == "auto" else v.job.fp8_recipe)
         assert a["fp8_param_gather"] == bool(v.job.fp8_param_gather and p.zero >= 1)
+    ce = v.job.cross_entropy  # the cross entropy priced: auto = megatron-core's default, the eager one
+    assert a["cross_entropy_loss_fusion"] == (ce in ("native", "te"))
+    assert a["cross_entropy_fusion_impl"] == ("te" if ce == "te" else "native")
+
+
+def test_te_cross_entropy_is_refused_as_megatron_refuses_it():
+    """Megatron-LM's validate_args rejects --cross-entropy-fusion-impl te with the fusion on: the
+    launch files refuse it in one line instead of writing a script that stops at start-up."""
+    with pytest.raises(InputError, match="job.cross_entropy"):
+        emit_files(_ce_doc("te"), "megatron", 1)
 
 
 def test_the_check_is_live(megatron_results):

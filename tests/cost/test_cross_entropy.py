@@ -1,0 +1,86 @@
+"""The loss's cross-entropy kernels (Job.cross_entropy, Engine.loss_kernels): the bytes each
+engine's implementation streams per logit element, counted from its code, reach the last
+stage's time; an engine refuses an implementation it does not have."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from planner.check import check_job, read_job
+from planner.check.job import Overrides
+from planner.cost.compute import MEGATRON_LOSS_BYTES, logits_times, stream_time
+from planner.cost.constants import DEFAULT_CONSTANTS as C
+from planner.cost.estimate import estimate
+from planner.engines import get_engine, resolve_job
+from planner.errors import InputError
+from planner.io.loaders import load_model, make_cluster
+from planner.specs import Job, ParallelConfig
+
+MODEL = load_model("llama3.1-8b")
+CLUSTER = make_cluster("h100-sxm5-80gb", 8)
+
+
+def test_logits_time_streams_the_given_bytes_per_logit():
+    gpu = CLUSTER.gpu
+    base = logits_times(MODEL, gpu, "bf16", 2, 4096, 2, 1, C, (0.0, 0.0))
+    f, b = logits_times(MODEL, gpu, "bf16", 2, 4096, 2, 1, C, (38.0, 14.0))
+    elems = 2 * 4096 * MODEL.vocab / 2
+    assert f - base[0] == pytest.approx(elems * 38 / (gpu.hbm_bandwidth_bytes_per_s * C.HBM_STREAM_EFFICIENCY))
+    assert b - base[1] == pytest.approx(elems * 14 / (gpu.hbm_bandwidth_bytes_per_s * C.HBM_STREAM_EFFICIENCY))
+    assert stream_time(0.0, gpu, 3, C) > 0  # the kernels' launch floor is in both
+
+
+def test_each_engine_prices_its_own_cross_entropy():
+    """Megatron's eager vocab-parallel one by default (38 / 14 B, the layer_costs default), the
+    fused ones on request; PyTorch's F.cross_entropy on fp32 logits on torchtitan and DeepSpeed."""
+    core = get_engine("megatron-core")
+    assert core.loss_bytes() == MEGATRON_LOSS_BYTES == core.loss_bytes("unfused")
+    assert core.loss_bytes("native") == (22.0, 6.0) and core.loss_bytes("te") == (6.0, 4.0)
+    for name in ("megatron-legacy", "megatron-deepspeed", "megatron-zb"):
+        assert get_engine(name).loss_bytes() == MEGATRON_LOSS_BYTES
+        with pytest.raises(InputError, match="job.cross_entropy"):
+            get_engine(name).loss_bytes("native")  # the 2021-2023 code has no fused cross entropy
+    for name in ("torchtitan", "deepspeed"):
+        assert get_engine(name).loss_bytes() == (22.0, 26.0)
+    job = Job(4096, 64)
+    assert resolve_job(job, core).cross_entropy == "unfused"
+    assert resolve_job(job, get_engine("torchtitan")).cross_entropy == "torch"
+    with pytest.raises(InputError, match="job.cross_entropy"):
+        Job(4096, 64, cross_entropy="fused")
+
+
+def test_the_fused_loss_is_cheaper_by_its_bytes_on_the_last_stage():
+    par = ParallelConfig(tp=1, pp=2, dp=4, micro_batch_size=1, recompute="none")
+    job = Job(8192, 64)
+    e = {ce: estimate(MODEL, CLUSTER, dataclasses.replace(job, cross_entropy=ce), par) for ce in ("unfused", "native", "te")}
+    assert e["unfused"].step_time_s > e["native"].step_time_s > e["te"].step_time_s
+    assert e["unfused"].stage_times_s[0] == pytest.approx(e["native"].stage_times_s[0])  # the loss is on the last stage only
+    gpu = CLUSTER.gpu
+    elems = 8192 * MODEL.vocab
+    saved = elems * (38 + 14 - 22 - 6) / (gpu.hbm_bandwidth_bytes_per_s * C.HBM_STREAM_EFFICIENCY)
+    # per micro-batch; the host launch time hidden behind the longer kernels takes ~0.1% off
+    assert e["unfused"].stage_times_s[-1] - e["native"].stage_times_s[-1] == pytest.approx(saved, rel=2e-3)
+
+
+def test_check_reads_megatrons_fusion_flag(tmp_path):
+    base = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 "
+            "--num-attention-heads 32 --group-query-attention --num-query-groups 8 --swiglu --normalization RMSNorm "
+            "--position-embedding-type rope --untie-embeddings-and-output-weights --disable-bias-linear --seq-length 4096 "
+            "--max-position-embeddings 4096 --vocab-size 128256 --micro-batch-size 1 --global-batch-size 64 --bf16 "
+            "--tensor-model-parallel-size 2 --use-distributed-optimizer")
+    got = {}
+    for name, extra in (("plain", ""), ("fused", " --cross-entropy-loss-fusion")):
+        p = tmp_path / f"{name}.sh"
+        p.write_text("#!/bin/bash\n" + base + extra + "\n")
+        cj = read_job([str(p)], Overrides())
+        got[name] = (cj.job.cross_entropy, estimate(cj.model, cj.cluster, cj.job, cj.parallel, cj.engine).step_time_s)
+        found = [f for f in check_job(cj, top=1, time_limit_s=2).findings if f.evidence.get("option") == "cross_entropy_loss_fusion"]
+        assert len(found) == (1 if name == "plain" else 0)
+    assert got["plain"][0] == "unfused" and got["fused"][0] == "native"
+    assert got["fused"][1] < got["plain"][1]
+    p = tmp_path / "te.sh"
+    p.write_text("#!/bin/bash\n" + base + " --cross-entropy-loss-fusion --cross-entropy-fusion-impl te\n")
+    with pytest.raises(InputError, match="cross-entropy-fusion-impl"):
+        read_job([str(p)], Overrides())
