@@ -306,7 +306,11 @@ class PyFileEditor:
             kw = {"enable_async_tensor_parallel": on}
             if on:
                 comps = next((x.value for x in call.keywords if x.arg == "components"), None)
-                names = ast.literal_eval(comps) if comps is not None else None
+                try:
+                    names = ast.literal_eval(comps) if comps is not None else None
+                except ValueError:
+                    raise InputError(f"{self.path.name}:{self.function}", ast.unparse(comps),
+                                     "a literal list for CompileConfig(components=...) to add 'model' to (edit it by hand)") from None
                 kw.update({k.split(".", 1)[1]: v for k, v in _compile_for_async_tp(names).items()})
             for k, v in kw.items():
                 hit = next((x for x in call.keywords if x.arg == k), None)

@@ -208,4 +208,5 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig,
         fp8_recipe=fp8_recipe(eng, job),
         fp8_param_gather=fp8_gathers(eng, job, par.zero),
         fp8_tp_gather=bool(job.fp8_tp_gather and par.tp > 1),
+        cross_entropy=eng.loss_name(job.cross_entropy),
     )

@@ -49,6 +49,7 @@ class Estimate:
     fp8_recipe: str = ""  # the FP8 scaling recipe priced ("" in 16-bit; planner.engines.fp8_recipe)
     fp8_param_gather: bool = False  # FP8 primary weights gathered in FP8 (planner.engines.fp8_gathers, ZeRO >= 1)
     fp8_tp_gather: bool = False  # TP all-gathers activations in FP8 (Job.fp8_tp_gather, torchao Float8 TP; tp > 1)
+    cross_entropy: str = ""  # the loss's cross-entropy implementation priced (Engine.loss_name)
 
     # Memory: ``memory_peak_bytes`` is what the fullest GPU needs (the allocator's reserved peak
     # plus device memory outside it); feasibility compares it with the capacity less the margin.
@@ -146,6 +147,7 @@ class Estimate:
             "fp8_recipe": self.fp8_recipe or None,
             "fp8_param_gather": self.fp8_param_gather,
             "fp8_tp_gather": self.fp8_tp_gather,
+            "cross_entropy": self.cross_entropy or None,
             "resolved_by_engine": list(self.resolved),
             "time_breakdown_s": dict(self.time_breakdown_s),
             "communication": list(self.comm),

@@ -125,8 +125,7 @@ def resolve_job(job: Job, engine: Engine) -> Job:
     if job.fp8_tp_gather and not (engine.fp8_casts == "torchao" and r == "tensorwise"):
         raise InputError("job.fp8_tp_gather", True, f"false or unset with {r or job.precision} on {engine.name} (FP8 tensor-parallel "
                          "all-gathers are torchao's Float8 TP styles, tensor-wise recipe only: torchao float8_tensor_parallel.py)")
-    engine.loss_bytes(job.cross_entropy)  # InputError for a cross-entropy the engine does not run
-    ce = engine.loss_default if job.cross_entropy == "auto" else job.cross_entropy
+    ce = engine.loss_name(job.cross_entropy)  # InputError for a cross entropy the engine does not run
     changes = {k: v for k, v in (("fp8_recipe", r), ("cross_entropy", ce)) if v and v != getattr(job, k)}
     return replace(job, **changes) if changes else job
 

@@ -195,15 +195,25 @@ class Engine:
     # value counted from the engine's code there), and the one it runs unless told.
     loss_kernels: tuple[tuple[str, float, float], ...] = (("unfused", 38.0, 14.0),)
     loss_default: str = "unfused"
+    # where an implementation runs differently on vocabulary-sharded logits (tp > 1): its bytes there
+    loss_tp_kernels: tuple[tuple[str, float, float], ...] = ()
 
-    def loss_bytes(self, cross_entropy: str = "auto") -> tuple[float, float]:
-        """(forward, backward) bytes per logit element of the loss as the engine runs ``cross_entropy``
-        ("auto": its default); InputError when it has no such implementation."""
+    def loss_name(self, cross_entropy: str = "auto") -> str:
+        """The cross-entropy implementation the engine runs for ``cross_entropy`` ("auto": its
+        default); InputError when it has no such implementation."""
         name = self.loss_default if cross_entropy == "auto" else cross_entropy
-        for n, f, b in self.loss_kernels:
+        if name not in {n for n, _, _ in self.loss_kernels}:
+            raise InputError("job.cross_entropy", cross_entropy, f"auto or one of {', '.join(n for n, _, _ in self.loss_kernels)} on {self.name}")
+        return name
+
+    def loss_bytes(self, cross_entropy: str = "auto", tp: int = 1) -> tuple[float, float]:
+        """(forward, backward) bytes per logit element of the loss as the engine runs ``cross_entropy``
+        with tensor-parallel degree ``tp``; InputError when it has no such implementation."""
+        name = self.loss_name(cross_entropy)
+        for n, f, b in (self.loss_tp_kernels if tp > 1 else ()) + self.loss_kernels:
             if n == name:
                 return f, b
-        raise InputError("job.cross_entropy", cross_entropy, f"auto or one of {', '.join(n for n, _, _ in self.loss_kernels)} on {self.name}")
+        raise AssertionError(name)  # loss_name checked it
 
     @property
     def zero_stages(self) -> tuple[int, ...]:
@@ -298,7 +308,12 @@ def _loss(block: dict | None, where: str) -> dict:
     default = str(block.get("default", kernels[0][0]))
     if default not in {k[0] for k in kernels}:
         raise InputError(f"{where}.loss.default", default, "one of the profile's loss.kernels")
-    return {"loss_kernels": tuple(kernels), "loss_default": default}
+    tp_kernels = []
+    for name, fb in (block.get("tp_kernels") or {}).items():
+        if name not in {k[0] for k in kernels} or not (isinstance(fb, list) and len(fb) == 2):
+            raise InputError(f"{where}.loss.tp_kernels.{name}", fb, "[forward, backward] bytes of one of the profile's loss.kernels")
+        tp_kernels.append((str(name), float(fb[0]), float(fb[1])))
+    return {"loss_kernels": tuple(kernels), "loss_default": default, "loss_tp_kernels": tuple(tp_kernels)}
 
 
 def _fp8(f: dict, where: str) -> dict:

@@ -9,7 +9,7 @@ parameter of a custom cluster file (latency, efficiency, oversubscription), so
 
 Per-stage, per-micro-batch durations come from :func:`planner.cost.estimate.layer_costs` and
 :func:`~planner.cost.estimate.stage_time_parts`: compute splits into forward and backward by
-the dense layer's own forward/backward times (the logits layer 1 : 2), tensor-parallel
+the dense layer's own forward/backward times (the output layer and loss by theirs), tensor-parallel
 communication goes with the pass that issues it (2 all-reduces in forward, the exposed
 part of 2 in backward, 2 more in a full recompute), context/expert-parallel communication
 is split evenly over the passes that run it. Pipeline sends (their exposed share) are the simulator's ``p2p``
@@ -163,10 +163,11 @@ def stage_phases(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parallel
     for i, n in enumerate(lps):
         nd, nm = dcounts[i], n - dcounts[i]
         f, b, r = (nd * per_d[k] + nm * per_m[k] for k in range(3))
-        if i == par.pp - 1:  # the output layer and loss (and any MTP modules): a third forward
+        if i == par.pp - 1:  # the output layer and loss (and any MTP modules), split as their forward and backward
             extra = sum(last_extra.values())
-            f += extra / 3
-            b += extra * 2 / 3
+            share = min(1.0, raw["fw_last"][0] / extra) if extra > 0 else 0.0
+            f += extra * share
+            b += extra * (1 - share)
         if i == 0:  # the input embedding's tensor-parallel exchange: forward and backward halves
             extra0 = raw["first_extra"]["tp_comm"] + raw["first_extra"].get("compute", 0.0)
             f += extra0 / 2
