@@ -23,6 +23,7 @@ def hetero_cmd(
     model: O.ModelOpt = None, seq_len: O.SeqOpt = None, global_batch_size: O.GbsOpt = None, precision: O.PrecOpt = None,
     tp: O.TpOpt = None, pp: O.PpOpt = None, dp: O.DpOpt = None, micro_batch_size: O.MbOpt = None, recompute: O.RecOpt = None,
     engine: O.EngineOpt = None, fp8_recipe: O.Fp8RecipeOpt = None, fp8_param_gather: O.Fp8GatherOpt = None,
+    fp8_tp_gather: O.Fp8TpGatherOpt = None, cross_entropy: O.CrossEntropyOpt = None,
     top: Annotated[int, typer.Option("--top", "-k", help="How many plans to show.")] = 3,
     time_limit: Annotated[float, typer.Option("--search-limit", help="Seconds for the whole search.")] = 60.0,
     json: O.JsonOpt = False,
@@ -43,7 +44,8 @@ def hetero_cmd(
     hc = load_hetero(cluster_file)
     m = load_model(model or DEFAULTS["model"])
     job = Job(seq_len or DEFAULTS["seq_len"], global_batch_size or DEFAULTS["global_batch_size"], precision or DEFAULTS["precision"],
-              fp8_recipe=fp8_recipe or "auto", fp8_param_gather=fp8_param_gather)
+              fp8_recipe=fp8_recipe or "auto", fp8_param_gather=fp8_param_gather, fp8_tp_gather=fp8_tp_gather,
+              cross_entropy=cross_entropy or "auto")
     fixed = fixed_from_flags(tp=tp, pp=pp, dp=dp, micro_batch_size=micro_batch_size, recompute=recompute)
     pairs, n_cand, stats, proven = hetero_plan(m, hc, job, fixed, top_k=top, engine=engine, time_limit_s=time_limit)
     solved = stats.programs

@@ -10,6 +10,7 @@ cost and GPU count and better in one (:func:`planner.studies.costing.pareto_fron
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json as _json
 import math
@@ -115,8 +116,8 @@ def sweep_cmd(
     gpus: Annotated[str, typer.Option("--gpus", "-n", help="GPU counts: LO..HI (powers of two in the range) or N.")] = "256..16384",
     gpus_per_node: O.GpnOpt = None, nic_gbps: O.NicOpt = None, nics_per_node: O.NicsOpt = None, network: O.NetOpt = None,
     seq_len: O.SeqOpt = None, global_batch_size: O.GbsOpt = None, precision: O.PrecOpt = None,
-    fp8_recipe: O.Fp8RecipeOpt = None, fp8_param_gather: O.Fp8GatherOpt = None,
-    tokens: G.TokensOpt = None, price: G.PriceOpt = None, profile: G.ProfileOpt = None,
+    fp8_recipe: O.Fp8RecipeOpt = None, fp8_param_gather: O.Fp8GatherOpt = None, fp8_tp_gather: O.Fp8TpGatherOpt = None,
+    cross_entropy: O.CrossEntropyOpt = None, tokens: G.TokensOpt = None, price: G.PriceOpt = None, profile: G.ProfileOpt = None,
     ckpt: G.CkptOpt = None, restart: G.RestartOpt = None, rate: G.FailOpt = None,
     chart: Annotated[Optional[str], typer.Option("--chart", help="Write the time/GPU-hours chart to FILE.svg or FILE.png.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite the chart file.")] = False,
@@ -142,7 +143,9 @@ def sweep_cmd(
     setups = [(n, setup_from_flags(model, gpu, n, gpus_per_node, None, nic_gbps, nics_per_node, network,
                                    seq_len, global_batch_size, precision, None, {}).with_profile(profile)) for n in counts]
     for _, st in setups:
-        st.job = with_fp8(st.job, fp8_recipe, fp8_param_gather)
+        st.job = with_fp8(st.job, fp8_recipe, fp8_param_gather, fp8_tp_gather)
+        if cross_entropy is not None:
+            st.job = dataclasses.replace(st.job, cross_entropy=cross_entropy)
     rows = sweep_rows(setups, n_tokens, price, gp_kw)
     s0 = setups[0][1]
     title = f"{s0.model.name} on {s0.cluster.gpu.id}, seq {s0.job.seq_len}, batch {s0.job.global_batch_size}"

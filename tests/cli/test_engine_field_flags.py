@@ -63,3 +63,21 @@ def test_fp8_tp_gather_flag_reaches_the_price_the_json_and_the_header():
     for bad in (["--fp8-recipe", "rowwise"], ["--engine", "megatron-core"]):
         code, _, err = _run([*base, *bad, "--fp8-tp-gather"])
         assert code == 2 and "job.fp8_tp_gather" in err and len(err.strip().splitlines()) == 1
+
+
+def test_sweep_and_hetero_take_the_job_flags(tmp_path):
+    """--cross-entropy reaches sweep's prices (the fused loss is faster) and hetero's job; a value
+    the engine lacks is sweep's row error (a sweep reports each GPU count) and hetero's one-line exit 2."""
+    steps = {}
+    for ce in ("unfused", "native"):
+        code, out, err = _run(["sweep", "--model", "llama3.1-8b", "--gpus", "8", "--cross-entropy", ce, "--json"])
+        assert code == 0, err
+        steps[ce] = json.loads(out)["rows"][0]["step_time_s"]
+    assert steps["native"] < steps["unfused"]
+    f = tmp_path / "mixed.yaml"
+    f.write_text("groups:\n  - {gpu: a100-sxm4-80gb, count: 8}\n  - {gpu: h100-sxm5-80gb, count: 8}\n"
+                 "network: {kind: infiniband, gbps_per_nic: 200, nics_per_node: 8}\n")
+    code, out, err = _run(["sweep", "--model", "llama3.1-8b", "--gpus", "8", "--cross-entropy", "torch", "--json"])
+    assert code == 0 and json.loads(out)["rows"][0]["error"].startswith("job.cross_entropy")
+    code, _, err = _run(["hetero", str(f), "--model", "llama3.1-8b", "-s", "4096", "-b", "64", "--cross-entropy", "torch"])
+    assert code == 2 and "job.cross_entropy" in err and len(err.strip().splitlines()) == 1, err
