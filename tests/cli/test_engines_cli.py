@@ -42,6 +42,8 @@ def test_show_prints_features_sharding_and_sources(capsys, name):
         assert " ".join(text.split())[:40] in flat
     for s in e.sharding:
         assert s.grad_sync in out and s.param_gather in out
+    for n, f, b in e.loss_kernels:  # the loss's cross-entropy implementations and their bytes
+        assert f"{n} {f:g} + {b:g} B/logit" in flat
 
 
 def test_sharding_rows_follow_the_profile():
