@@ -388,10 +388,12 @@ class Job:
         _choice("job.cross_entropy", self.cross_entropy, CROSS_ENTROPY)
         if self.fp8_recipe != "auto" and self.precision != "fp8":
             raise InputError("job.fp8_recipe", self.fp8_recipe, f"auto for a 16-bit ({self.precision}) run (a scaling recipe needs precision fp8)")
-        if self.fp8_param_gather is not None and (not isinstance(self.fp8_param_gather, bool) or self.precision != "fp8"):
-            raise InputError("job.fp8_param_gather", self.fp8_param_gather, "true or false, with precision fp8 (else leave it unset)")
-        if self.fp8_tp_gather is not None and (not isinstance(self.fp8_tp_gather, bool) or self.precision != "fp8"):
-            raise InputError("job.fp8_tp_gather", self.fp8_tp_gather, "true or false, with precision fp8 (else leave it unset)")
+        for k in ("fp8_param_gather", "fp8_tp_gather"):
+            v = getattr(self, k)
+            if v is not None and not isinstance(v, bool):
+                raise InputError(f"job.{k}", v, "true or false (or unset)")
+            if v and self.precision != "fp8":
+                raise InputError(f"job.{k}", v, f"false or unset for a {self.precision} run (FP8 gathers need precision fp8)")
         if self.grad_reduce == "bf16" and self.precision == "fp16":
             raise InputError("job.grad_reduce", self.grad_reduce, "auto or fp32 for an fp16 run (bf16 gradients need bf16 or fp8 training)")
         if self.seq_len > 16_777_216:

@@ -62,7 +62,7 @@ def render_text(r: CheckReport, verbose: bool = False) -> str:
         L.append("  from the command line: " + ", ".join(f"{k}={cj.sources[k][0]}" for k in flags))
     if defaults:
         L.append("  not in the file (defaults): " + ", ".join(f"{k.split('.', 1)[1]}={_short(cj.sources[k][0])}" for k in defaults
-                                                             if not k.startswith("model.")))
+                                                             if not k.startswith("model.") or k == "model.vocab"))
     L.append("")
     L.append(f"prediction ({cj.engine}):")
     L.append(f"  step {_fmt_s(e.step_time_s)}   {e.tokens_per_s:,.0f} tokens/s   MFU {100 * e.mfu:.1f}%   "

@@ -159,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as exc:  # click usage errors (typer vendors its own click) and anything unexpected
         names = {c.__name__ for c in type(exc).__mro__}
+        if "NoArgsIsHelpError" in names:  # a command group called bare: click has printed its help
+            return 0
         if "UsageError" in names:
             typer.echo(f"error: {_usage_message(exc)}", err=True)
             return 2

@@ -77,8 +77,11 @@ def estimate_cmd(
         con.print(Text(f"{setup.model.name} on {setup.cluster.num_gpus} x {setup.cluster.gpu.id} ({setup.engine}, {prec}): {est.parallel.short()}",
                        style="bold"))
         con.print(estimate_table(est))
-        if est.resolved:
-            con.print(f"engine defaults ({setup.engine}): " + ", ".join(f"{k}={getattr(est.parallel, k)}" for k in est.resolved))
+        unset = [f"{k}={getattr(est.parallel, k)}" for k in est.resolved]
+        if setup.job.cross_entropy == "auto":
+            unset.append(f"cross_entropy={est.cross_entropy}")
+        if unset:
+            con.print(f"unset, as the planner's {setup.engine} launch files run it: " + ", ".join(unset))
     if not est.fits:
         import sys  # noqa: PLC0415
 

@@ -202,8 +202,9 @@ class Engine:
         """The cross-entropy implementation the engine runs for ``cross_entropy`` ("auto": its
         default); InputError when it has no such implementation."""
         name = self.loss_default if cross_entropy == "auto" else cross_entropy
-        if name not in {n for n, _, _ in self.loss_kernels}:
-            raise InputError("job.cross_entropy", cross_entropy, f"auto or one of {', '.join(n for n, _, _ in self.loss_kernels)} on {self.name}")
+        names = [n for n, _, _ in self.loss_kernels]
+        if name not in names:
+            raise InputError("job.cross_entropy", cross_entropy, f"auto or {' or '.join(names)} on {self.name} (the cross entropies its code has)")
         return name
 
     def loss_bytes(self, cross_entropy: str = "auto", tp: int = 1) -> tuple[float, float]:

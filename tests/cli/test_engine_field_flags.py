@@ -81,3 +81,16 @@ def test_sweep_and_hetero_take_the_job_flags(tmp_path):
     assert code == 0 and json.loads(out)["rows"][0]["error"].startswith("job.cross_entropy")
     code, _, err = _run(["hetero", str(f), "--model", "llama3.1-8b", "-s", "4096", "-b", "64", "--cross-entropy", "torch"])
     assert code == 2 and "job.cross_entropy" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_fp8_switches_off_on_a_16_bit_run_and_bare_groups():
+    """--no-fp8-tp-gather / --no-fp8-param-gather on a bf16 run are what it does anyway (accepted);
+    turning one on says it needs FP8; a command group called bare prints its help and exits 0."""
+    for flag in ("--no-fp8-tp-gather", "--no-fp8-param-gather"):
+        code, _, err = _run(["estimate", *SMALL, "--tp", "8", flag])
+        assert code == 0, err
+    code, _, err = _run(["estimate", *SMALL, "--tp", "8", "--fp8-tp-gather"])
+    assert code == 2 and "need precision fp8" in err and len(err.strip().splitlines()) == 1
+    for group in ("models", "hw", "engines"):
+        code, out, err = _run([group])
+        assert code == 0 and "Usage" in out and "error" not in err, (group, err)
