@@ -61,7 +61,8 @@ def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, net
     from planner.search.plan import plan  # noqa: PLC0415
 
     schedule, schedules = O.schedule_list(schedule)
-    if engine is None and emit in ("torchtitan", "deepspeed"):
+    emit_engine = engine is None and emit in ("torchtitan", "deepspeed")
+    if emit_engine:
         engine = emit  # plans for the engine the files are for (an explicit --engine wins)
     setup = setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len,
                            global_batch_size, precision, attention, scenario, id, engine, grad_reduce, profile, tp=tp, pp=pp, dp=dp,
@@ -102,9 +103,12 @@ def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, net
             from planner.errors import InputError  # noqa: PLC0415
 
             raise InputError("--out", None, "a folder for the --emit files")
-        from planner.emit import emit_files, write_files  # noqa: PLC0415
+        from planner.emit import emit_bundle, write_files  # noqa: PLC0415
 
-        written = write_files(emit_files(doc, emit, rank=1), out, force=force)
+        files, skipped = emit_bundle(doc, emit, rank=1)
+        written = write_files(files, out, force=force)
+        for eng, why in skipped.items():  # --emit all: the engines that cannot run the plan, and why (as launch says)
+            typer.echo(f"skipped {eng}: {why}", err=True)
         if not json:
             console().print("wrote " + ", ".join(str(w) for w in written))
             if emit in ("torchtitan", "all"):  # say which torchtitan version got no files, and why
@@ -124,6 +128,8 @@ def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, net
     title = (f"{setup.model.name} on {c.num_gpus} x {c.gpu.id} ({plural(c.num_nodes, 'node')}), seq {j.seq_len}, "
              f"batch {j.global_batch_size}, {precision_text(j, setup.engine)}")
     con = console()
+    if emit_engine:  # --emit torchtitan / deepspeed without --engine: the plans are that engine's
+        con.print(f"engine {setup.engine} (the engine of the --emit {emit} files)", highlight=False)
     con.print(plans_view(result.plans, title))
     con.print(plans_legend(result.plans), style="dim")
     con.print(wrap(recommendation(result.plans)))
