@@ -84,7 +84,7 @@ def titan_settings(v: PlanView, version: str) -> dict:
     eng = get_engine(TITAN_ENGINE)
     recipe = fp8_recipe(eng, j)  # InputError for a recipe torchao does not run (e.g. Transformer Engine's delayed)
     if j.fp8_tp_gather:
-        raise InputError("job.fp8_tp_gather", True, f"false or unset on torchtitan {version} (0.2.2's apply_tp turns torchao's Float8 TP "
+        raise InputError("job.fp8_tp_gather", True, "false or unset for torchtitan's launch files (0.2.2's apply_tp turns torchao's Float8 TP "
                          "on only when '\"float8\" in model.converters', which its converter name quantize.linear.float8 never "
                          "matches; 0.3.0 has no tensor-wise recipe)")
     if version == "0.3.0" and recipe == "tensorwise":
