@@ -138,6 +138,9 @@ def _vocab(d: Draft, p: Parsed) -> None:
         d.set("model.vocab", n, "file", f"{_src(p, '--tokenizer-type' if p.has('--tokenizer-type') else '--vocab-file')} {tok}: {what}")
         return
     d.set("model.vocab", 50257, "default", "GPT-2 BPE (no --vocab-size and no tokenizer the planner knows; pass --model to set the shape)")
+    if model or tok:
+        d.notes.append(f"vocabulary assumed 50257 (GPT-2 BPE): the tokenizer {model or tok} is not one the planner knows the size of; "
+                       "pass --model PRESET or add --vocab-size to price the real embedding and loss")
 
 
 def _padded_note(d: Draft, multiple: int) -> None:

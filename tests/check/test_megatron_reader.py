@@ -109,3 +109,14 @@ def test_legacy_flags_read_as_the_2021_engine(tmp_path):
     cj = _read(tmp_path, "--DDP-impl local --activations-checkpoint-method uniform")
     assert cj.engine == "megatron-legacy" and cj.parallel.recompute == "full" and cj.parallel.overlap_grad_reduce is False
     assert cj.parallel.attention == "unfused"
+
+
+def test_an_unknown_tokenizer_says_the_vocabulary_was_assumed(tmp_path):
+    p = tmp_path / "flags.txt"
+    p.write_text(BASE.replace(" --vocab-size 32000", "") + " --tokenizer-type HuggingFaceTokenizer --tokenizer-model org/unknown-model\n")
+    from planner.check.job import Overrides
+
+    cj = read_job([str(p)], Overrides(gpus=8))
+    assert cj.model.vocab == 50257 and cj.sources["model.vocab"][1].kind == "default"
+    assert any("org/unknown-model" in n and "--vocab-size" in n for n in cj.notes)
+    assert not any("vocabulary assumed" in n for n in _read(tmp_path, "").notes)  # --vocab-size given: nothing assumed
