@@ -104,7 +104,8 @@ class Estimate:
             ("TFLOP/s per GPU (model)", f"{self.tflops_per_gpu:.1f}"),
             ("MFU / HFU", f"{100 * self.mfu:.1f}% / {100 * self.hfu:.1f}%"),
             ("peak memory per GPU", f"{gib(self.memory_peak_bytes)} of {gib(self.memory_capacity_bytes)} GiB" + ("" if self.fits else "  (does NOT fit)")),
-            ("  allocated / reserved", f"{gib(self.memory_allocated_peak_bytes)} / {gib(self.memory_reserved_peak_bytes)} GiB"),
+            ("  torch allocated / reserved", f"{gib(self.memory_allocated_peak_bytes)} / {gib(self.memory_reserved_peak_bytes)} GiB"
+             f" (+{gib(self.memory_peak_bytes - self.memory_reserved_peak_bytes)} outside the allocator)"),
             ("  usable (margin)", f"{gib(self.memory_usable_bytes)} GiB ({100 * self.memory_margin:.0f}%)"),
             ("  peak", f"stage {self.memory_peak_stage}: {self.memory_peak_moment}"),
             ("micro-batches", str(self.num_microbatches)),
