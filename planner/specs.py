@@ -22,6 +22,7 @@ __all__ = [
     "ClusterSpec",
     "Job",
     "job_options",
+    "JOB_OPTIONS",
     "ParallelConfig",
     "MLP_KINDS",
     "PRECISIONS",
@@ -405,12 +406,20 @@ class Job:
     def tokens_per_step(self) -> int:
         return self.seq_len * self.global_batch_size
 
+    def as_dict(self) -> dict:
+        """The job block of the planner's JSON documents (plan, check), every field."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+# Job fields a job block may leave null (unknown: Job's default), after precision and grad_reduce.
+JOB_OPTIONS = ("fp8_recipe", "fp8_param_gather", "fp8_tp_gather", "cross_entropy")
+
 
 def job_options(block: dict) -> dict:
     """The optional Job fields a job block of a runs file or plan document gives (precision,
-    grad_reduce, fp8_recipe, fp8_param_gather, fp8_tp_gather, cross_entropy); Job's own defaults fill the rest."""
+    grad_reduce and JOB_OPTIONS); Job's own defaults fill the rest."""
     out = {k: block[k] for k in ("precision", "grad_reduce") if k in block}
-    out.update({k: block[k] for k in ("fp8_recipe", "fp8_param_gather", "fp8_tp_gather", "cross_entropy") if block.get(k) is not None})  # null: unknown, the defaults
+    out.update({k: block[k] for k in JOB_OPTIONS if block.get(k) is not None})  # null: unknown, the defaults
     return out
 
 

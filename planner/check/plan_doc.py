@@ -20,6 +20,7 @@ from planner.check.job import Draft
 from planner.errors import InputError
 from planner.io.loaders import load_model, model_from_dict
 from planner.io.presets import preset_ids
+from planner.specs import Job
 
 __all__ = ["read_plan_doc", "is_plan_doc", "provenance", "apply_provenance"]
 
@@ -50,7 +51,7 @@ def read_plan_doc(path: Path, doc: dict, rank: int | None = None) -> Draft:
             d.set(f"hardware.{key}", hw[key], "file", f"{name}: hardware.{key}")
     d.hardware = {"inter_node": hw.get("inter_node"), "intra_node": hw.get("intra_node")}  # type: ignore[attr-defined]
     j = doc.get("job") or {}
-    for key in ("seq_len", "global_batch_size", "precision", "grad_reduce", "fp8_recipe", "fp8_param_gather", "fp8_tp_gather", "cross_entropy"):
+    for key in Job.__dataclass_fields__:
         if j.get(key) is not None:
             d.set(f"job.{key}", j[key], "file", f"{name}: job.{key}")
     par = chosen.get("parallel") or {}

@@ -194,11 +194,10 @@ def precision_text(job: Job, engine: str | None) -> str:
     return fmt_precision("fp8", fp8_recipe(get_engine(engine), job), False, bool(job.fp8_tp_gather))
 
 
-def with_fp8(job: Job, fp8_recipe: str | None, fp8_param_gather: bool | None, fp8_tp_gather: bool | None = None) -> Job:
-    """``job`` with the FP8 flags that were given (None: left as it is); Job checks them, the
-    engine's lists when priced."""
-    extra = {k: v for k, v in (("fp8_recipe", fp8_recipe), ("fp8_param_gather", fp8_param_gather),
-                               ("fp8_tp_gather", fp8_tp_gather)) if v is not None}
+def with_job_flags(job: Job, **flags) -> Job:
+    """``job`` with the job flags that were given (fp8_recipe, fp8_param_gather, fp8_tp_gather,
+    cross_entropy; None: left as it is); Job checks them, the engine's lists when priced."""
+    extra = {k: v for k, v in flags.items() if v is not None}
     return dataclasses.replace(job, **extra) if extra else job
 
 
@@ -224,9 +223,8 @@ def setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_
         setup.engine = AUTO if str(engine).lower() == AUTO and allow_auto else get_engine(engine).name
     if grad_reduce is not None:
         setup.job = dataclasses.replace(setup.job, grad_reduce=grad_reduce)  # validated by Job
-    setup.job = with_fp8(setup.job, fp8_recipe, fp8_param_gather, fp8_tp_gather)
-    if cross_entropy is not None:
-        setup.job = dataclasses.replace(setup.job, cross_entropy=cross_entropy)  # validated by Job, then by the engine
+    setup.job = with_job_flags(setup.job, fp8_recipe=fp8_recipe, fp8_param_gather=fp8_param_gather, fp8_tp_gather=fp8_tp_gather,
+                               cross_entropy=cross_entropy)
     return setup.with_profile(profile)
 
 
@@ -258,8 +256,7 @@ def plan_document(setup: Setup, plans: list, search: dict | None) -> dict:
         "schema": "planner-plan/1",
         "planner_version": __version__,
         "model": model,
-        "job": {"seq_len": j.seq_len, "global_batch_size": j.global_batch_size, "precision": j.precision, "grad_reduce": j.grad_reduce,
-                "fp8_recipe": j.fp8_recipe, "fp8_param_gather": j.fp8_param_gather, "fp8_tp_gather": j.fp8_tp_gather, "cross_entropy": j.cross_entropy},
+        "job": j.as_dict(),
         "hardware": hardware,
         "engine": setup.engine,
         "constants": _changed_constants(setup.constants),

@@ -10,7 +10,6 @@ cost and GPU count and better in one (:func:`planner.studies.costing.pareto_fron
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json as _json
 import math
@@ -129,7 +128,7 @@ def sweep_cmd(
       planner sweep --model llama3.1-70b --gpu h100-sxm5-80gb --gpus 256..4096 --tokens 15T --price-per-gpu-hour 2
       planner sweep --model gpt3-175b --gpu a100-sxm4-80gb --gpus 512..8192 -s 2048 -b 1536 --chart sweep.svg
     """
-    from planner.cli.common import setup_from_flags, with_fp8  # noqa: PLC0415
+    from planner.cli.common import setup_from_flags, with_job_flags  # noqa: PLC0415
 
     counts = parse_gpu_range(gpus)
     n_tokens = G.parse_count("--tokens", tokens)
@@ -143,9 +142,8 @@ def sweep_cmd(
     setups = [(n, setup_from_flags(model, gpu, n, gpus_per_node, None, nic_gbps, nics_per_node, network,
                                    seq_len, global_batch_size, precision, None, {}).with_profile(profile)) for n in counts]
     for _, st in setups:
-        st.job = with_fp8(st.job, fp8_recipe, fp8_param_gather, fp8_tp_gather)
-        if cross_entropy is not None:
-            st.job = dataclasses.replace(st.job, cross_entropy=cross_entropy)
+        st.job = with_job_flags(st.job, fp8_recipe=fp8_recipe, fp8_param_gather=fp8_param_gather, fp8_tp_gather=fp8_tp_gather,
+                                cross_entropy=cross_entropy)
     rows = sweep_rows(setups, n_tokens, price, gp_kw)
     s0 = setups[0][1]
     title = f"{s0.model.name} on {s0.cluster.gpu.id}, seq {s0.job.seq_len}, batch {s0.job.global_batch_size}"

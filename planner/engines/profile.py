@@ -299,22 +299,21 @@ def _loss(block: dict | None, where: str) -> dict:
     if not isinstance(block, dict) or not isinstance(block.get("kernels"), dict) or not block["kernels"]:
         raise InputError(f"{where}.loss.kernels", None if not isinstance(block, dict) else block.get("kernels"),
                          "a map of cross-entropy implementations to [forward, backward] bytes per logit element")
-    kernels = []
-    for name, fb in block["kernels"].items():
-        if name not in CROSS_ENTROPY or name == "auto":
-            raise InputError(f"{where}.loss.kernels", name, "one of " + ", ".join(x for x in CROSS_ENTROPY if x != "auto"))
-        if not (isinstance(fb, list) and len(fb) == 2 and all(isinstance(x, (int, float)) and x >= 0 for x in fb)):
-            raise InputError(f"{where}.loss.kernels.{name}", fb, "[forward, backward] bytes per logit element (>= 0)")
-        kernels.append((str(name), float(fb[0]), float(fb[1])))
+    def pairs(key: str, names) -> tuple:
+        out = []
+        for name, fb in (block.get(key) or {}).items():
+            if name not in names:
+                raise InputError(f"{where}.loss.{key}", name, "one of " + ", ".join(names))
+            if not (isinstance(fb, list) and len(fb) == 2 and all(isinstance(x, (int, float)) and x >= 0 for x in fb)):
+                raise InputError(f"{where}.loss.{key}.{name}", fb, "[forward, backward] bytes per logit element (>= 0)")
+            out.append((str(name), float(fb[0]), float(fb[1])))
+        return tuple(out)
+
+    kernels = pairs("kernels", [x for x in CROSS_ENTROPY if x != "auto"])
     default = str(block.get("default", kernels[0][0]))
     if default not in {k[0] for k in kernels}:
         raise InputError(f"{where}.loss.default", default, "one of the profile's loss.kernels")
-    tp_kernels = []
-    for name, fb in (block.get("tp_kernels") or {}).items():
-        if name not in {k[0] for k in kernels} or not (isinstance(fb, list) and len(fb) == 2):
-            raise InputError(f"{where}.loss.tp_kernels.{name}", fb, "[forward, backward] bytes of one of the profile's loss.kernels")
-        tp_kernels.append((str(name), float(fb[0]), float(fb[1])))
-    return {"loss_kernels": tuple(kernels), "loss_default": default, "loss_tp_kernels": tuple(tp_kernels)}
+    return {"loss_kernels": kernels, "loss_default": default, "loss_tp_kernels": pairs("tp_kernels", [k[0] for k in kernels])}
 
 
 def _fp8(f: dict, where: str) -> dict:
