@@ -20,7 +20,7 @@ from planner.check.job import Draft
 from planner.check.megatron_args import Parsed, detect_legacy, flag_table, parse_argv
 from planner.check.megatron_launch import Launch, find_launch, flags_file_fields, is_flags_file
 from planner.check.bash_expand import text_of
-from planner.engines import supports_flash
+from planner.engines import get_engine, supports_flash
 from planner.errors import InputError
 from planner.io.presets import preset_ids, read_preset
 
@@ -365,9 +365,7 @@ def _job(d: Draft, p: Parsed) -> None:
     if d.engine == "megatron-core":
         if p.has("--cross-entropy-loss-fusion"):
             impl = p.one("--cross-entropy-fusion-impl") if p.has("--cross-entropy-fusion-impl") else "native"
-            if impl == "te":  # this Megatron-LM refuses it (arguments.py validate_args)
-                raise InputError(_src(p, "--cross-entropy-fusion-impl"), "te", "native with --cross-entropy-loss-fusion (Megatron-LM's "
-                                 "validate_args: Transformer Engine cross entropy loss fusion is disabled due to stability issues)")
+            get_engine("megatron-core").launch_loss(impl, _src(p, "--cross-entropy-fusion-impl"))  # te: refused there too
             d.set("job.cross_entropy", impl, "file", _src(p, "--cross-entropy-loss-fusion"))
         else:
             d.set("job.cross_entropy", "unfused", "default",

@@ -262,10 +262,7 @@ def _batch_precision_args(v: PlanView) -> list[str]:
                 a += ["--fp8-recipe", recipe]
             if fp8_gathers(eng, j, v.parallel.zero):  # FP8 primary weights (arguments.py: distributed optimizer or FSDP)
                 a.append("--fp8-param-gather")
-    get_engine("megatron-core").loss_name(j.cross_entropy)  # InputError for a cross entropy Megatron has not
-    if j.cross_entropy == "te":
-        raise InputError("job.cross_entropy", "te", "auto, unfused or native for Megatron-LM's launch files (validate_args, arguments.py:1697, refuses "
-                         "--cross-entropy-fusion-impl te with --cross-entropy-loss-fusion: 'disabled due to stability issues')")
+    get_engine("megatron-core").launch_loss(j.cross_entropy)  # InputError for one Megatron has not or refuses
     if j.cross_entropy == "native":  # the fused cross entropy the plan was priced with (model_parallel_config.py)
         a.append("--cross-entropy-loss-fusion")
     return a

@@ -197,6 +197,18 @@ class Engine:
     loss_default: str = "unfused"
     # where an implementation runs differently on vocabulary-sharded logits (tp > 1): its bytes there
     loss_tp_kernels: tuple[tuple[str, float, float], ...] = ()
+    # implementations the engine's code has but its argument checks refuse to launch: (name, why)
+    loss_launch_refused: tuple[tuple[str, str], ...] = ()
+
+    def launch_loss(self, cross_entropy: str = "auto", field: str = "job.cross_entropy") -> str:
+        """``loss_name`` for a job the engine is to launch: InputError (naming ``field``) as well for an
+        implementation the engine's own argument checks refuse (the profile's ``loss.launch_refuses``)."""
+        name = self.loss_name(cross_entropy)
+        for n, why in self.loss_launch_refused:
+            if n == name:
+                ok = " or ".join(k for k, _, _ in self.loss_kernels if k not in dict(self.loss_launch_refused))
+                raise InputError(field, cross_entropy, f"auto or {ok} for {self.name} launches ({why})")
+        return name
 
     def loss_name(self, cross_entropy: str = "auto") -> str:
         """The cross-entropy implementation the engine runs for ``cross_entropy`` ("auto": its
@@ -293,7 +305,8 @@ def _from_dict(d: dict, where: str) -> Engine:
 
 
 def _loss(block: dict | None, where: str) -> dict:
-    """The profile's ``loss`` block: ``kernels`` {name: [forward, backward] bytes per logit}, ``default``."""
+    """The profile's ``loss`` block: ``kernels`` {name: [forward, backward] bytes per logit}, ``default``,
+    ``launch_refuses`` {name: the engine's reason}."""
     from planner.specs import CROSS_ENTROPY  # noqa: PLC0415
 
     if not isinstance(block, dict) or not isinstance(block.get("kernels"), dict) or not block["kernels"]:
@@ -313,7 +326,13 @@ def _loss(block: dict | None, where: str) -> dict:
     default = str(block.get("default", kernels[0][0]))
     if default not in {k[0] for k in kernels}:
         raise InputError(f"{where}.loss.default", default, "one of the profile's loss.kernels")
-    return {"loss_kernels": kernels, "loss_default": default, "loss_tp_kernels": pairs("tp_kernels", [k[0] for k in kernels])}
+    refused = block.get("launch_refuses") or {}
+    if not isinstance(refused, dict) or any(n not in {k[0] for k in kernels} or not isinstance(w, str) for n, w in refused.items()):
+        raise InputError(f"{where}.loss.launch_refuses", refused, "a map of the profile's loss.kernels names to the engine's reason")
+    if default in refused:
+        raise InputError(f"{where}.loss.default", default, "an implementation the engine launches (not in loss.launch_refuses)")
+    return {"loss_kernels": kernels, "loss_default": default, "loss_tp_kernels": pairs("tp_kernels", [k[0] for k in kernels]),
+            "loss_launch_refused": tuple((str(n), w) for n, w in refused.items())}
 
 
 def _fp8(f: dict, where: str) -> dict:

@@ -87,3 +87,24 @@ def test_check_reads_megatrons_fusion_flag(tmp_path):
     p.write_text("#!/bin/bash\n" + base + " --cross-entropy-loss-fusion --cross-entropy-fusion-impl te\n")
     with pytest.raises(InputError, match="cross-entropy-fusion-impl"):
         read_job([str(p)], Overrides())
+
+
+def test_one_launch_policy_refuses_what_megatron_refuses():
+    """The emitter and the script reader share the profile's ``loss.launch_refuses``: TE's cross
+    entropy is priced, but neither launched nor read, with the engine's reason and the field named."""
+    core = get_engine("megatron-core")
+    assert core.launch_loss("auto") == "unfused" and core.launch_loss("native") == "native"
+    with pytest.raises(InputError, match=r"--cross-entropy-fusion-impl.*auto or unfused or native.*validate_args"):
+        core.launch_loss("te", "--cross-entropy-fusion-impl")
+    assert get_engine("torchtitan").launch_loss("auto") == "torch"  # nothing refused there
+
+
+def test_profile_refusal_must_name_a_kernel_and_spare_the_default():
+    from planner.engines.profile import _loss  # noqa: PLC0415
+
+    ok = {"kernels": {"unfused": [38, 14], "te": [6, 4]}, "default": "unfused"}
+    assert _loss({**ok, "launch_refuses": {"te": "why"}}, "p")["loss_launch_refused"] == (("te", "why"),)
+    with pytest.raises(InputError, match="p.loss.launch_refuses"):
+        _loss({**ok, "launch_refuses": {"native": "why"}}, "p")
+    with pytest.raises(InputError, match="p.loss.default"):
+        _loss({**ok, "launch_refuses": {"unfused": "why"}}, "p")
