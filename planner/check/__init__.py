@@ -13,6 +13,8 @@ Layers: :mod:`~planner.check.bash` (a restricted bash reader), readers per forma
 
 from __future__ import annotations
 
+import dataclasses
+
 from planner.check.job import CheckedJob, Overrides
 from planner.errors import InputError
 
@@ -40,6 +42,8 @@ def check_job(cj: CheckedJob, top: int = 5, time_limit_s: float | None = None, e
             raise InputError(f"{src[1].where} ({exc.field})", exc.value, exc.expected) from None
         raise
     found = findings(cj, e)
+    if edits and cj.editor is not None:
+        found = [_with_edit(cj, f) for f in found]
     if time_limit_s is None:
         from planner.search.plan import TIME_LIMIT_S  # noqa: PLC0415  (the CLI's --time-limit)
 
@@ -51,6 +55,18 @@ def check_job(cj: CheckedJob, top: int = 5, time_limit_s: float | None = None, e
 
         eds = [edit_for(cj, ch.parallel) for ch in chs]
     return CheckReport(cj, e, found, chs, eds)
+
+
+def _with_edit(cj: CheckedJob, f):
+    """The finding with the edit of the job's files that applies the option it names, in the
+    files' own words (verified by reading them back), where it names one."""
+    from planner.check.edits import edit_for, option_edit  # noqa: PLC0415
+
+    if f.evidence.get("option") == "cross_entropy_loss_fusion":  # a job setting: Megatron-LM's flag
+        return dataclasses.replace(f, edit=option_edit(cj, {"--cross-entropy-loss-fusion": True}, {"cross_entropy": "native"}))
+    if f.evidence.get("parallel"):  # an engine switch of the parallel configuration
+        return dataclasses.replace(f, edit=edit_for(cj, cj.parallel.replace(**f.evidence["parallel"])))
+    return f
 
 
 def check_files(files: list[str], overrides: Overrides | None = None, top: int = 5, time_limit_s: float | None = None):

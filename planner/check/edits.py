@@ -20,7 +20,7 @@ from pathlib import Path
 from planner.errors import InputError
 from planner.specs import ParallelConfig
 
-__all__ = ["Edit", "edit_for", "verify", "unified_diff", "MegatronEditor", "TomlEditor", "PyConfigEditor", "JsonEditor", "PlanDocEditor"]
+__all__ = ["Edit", "edit_for", "option_edit", "verify", "unified_diff", "MegatronEditor", "TomlEditor", "PyConfigEditor", "JsonEditor", "PlanDocEditor"]
 
 
 @dataclass
@@ -62,6 +62,19 @@ def edit_for(cj, par: ParallelConfig) -> Edit | None:
     return ed
 
 
+def option_edit(cj, flags: dict, job: dict) -> Edit | None:
+    """The edit of ``cj``'s launch script that sets engine ``flags`` (flag -> state, as
+    :meth:`planner.check.edits_shell.ShellEditor.edit_flags`), verified by reading it back: the
+    same parallel configuration, and the job's fields in ``job`` set to their values there. None
+    where the job's format has no such flags (only Megatron-LM scripts do)."""
+    if not hasattr(cj.editor, "edit_flags"):
+        return None
+    ed = cj.editor.edit_flags(flags)
+    if ed.files:
+        verify(cj, ed, cj.parallel, job)
+    return ed
+
+
 def _same(a: ParallelConfig, b: ParallelConfig) -> list[str]:
     """Fields of two configurations that differ where it matters to the price."""
     da, db = a.as_dict(), b.as_dict()
@@ -76,9 +89,10 @@ def _same(a: ParallelConfig, b: ParallelConfig) -> list[str]:
     return bad
 
 
-def verify(cj, ed: Edit, par: ParallelConfig) -> None:
+def verify(cj, ed: Edit, par: ParallelConfig, job: dict | None = None) -> None:
     """Write the edited files into a scratch folder (beside copies of the other files the job
-    was read from), read them back, and compare the configuration with ``par``."""
+    was read from), read them back, and compare the configuration with ``par`` (and the job's
+    fields named in ``job`` with their values there)."""
     from planner.check.read import read_job  # noqa: PLC0415
 
     tmp = Path(tempfile.mkdtemp(prefix="planner-check-"))
@@ -101,10 +115,11 @@ def verify(cj, ed: Edit, par: ParallelConfig) -> None:
         if o is not None and ed.command_line:
             o = _with_command_line(o, ed.command_line)
         back = read_job(args, o)
-        bad = _same(back.parallel, par)
+        bad = [(k, getattr(back.parallel, k), getattr(par, k)) for k in _same(back.parallel, par)]
+        bad += [(k, getattr(back.job, k), v) for k, v in (job or {}).items() if getattr(back.job, k) != v]
         ed.verified = not bad
         if bad:
-            ed.problem = "read back differs in " + ", ".join(f"{k} ({getattr(back.parallel, k)!r} vs {getattr(par, k)!r})" for k in bad)
+            ed.problem = "read back differs in " + ", ".join(f"{k} ({a!r} vs {b!r})" for k, a, b in bad)
     except InputError as exc:
         ed.verified, ed.problem = False, f"the edited files do not read back: {exc}"
     finally:

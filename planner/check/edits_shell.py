@@ -162,6 +162,13 @@ class ShellEditor:
             keep = {"tp": ("--tensor-model-parallel-size",), "pp": ("--pipeline-model-parallel-size",) + _PIPE, "cp": ("--context-parallel-size",)}
             allowed = {f for k in only for f in keep[k]}
             want = {f: v for f, v in want.items() if f in allowed}
+        return self.edit_flags(want)
+
+    def edit_flags(self, want: dict) -> Edit:
+        """The script with each flag of ``want`` in its desired state (a list of values, True for
+        a switch, None for absent): changed in place where it is written, else appended to the
+        launch command."""
+        p = self.parsed
         texts: dict = {}
         edits: dict = {}  # file -> {line index: new line}
         appended: list[str] = []

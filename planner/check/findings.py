@@ -35,9 +35,13 @@ class Finding:
     severity: str  # error | warning | info
     message: str
     evidence: dict = field(default_factory=dict)
+    edit: object = None  # planner.check.edits.Edit that applies the finding's option, where its format has one
 
     def as_dict(self) -> dict:
-        return {"id": self.id, "severity": self.severity, "message": self.message, "evidence": dict(self.evidence)}
+        out = {"id": self.id, "severity": self.severity, "message": self.message, "evidence": dict(self.evidence)}
+        if self.edit is not None:
+            out["edit"] = self.edit.as_dict()
+        return out
 
 
 def _gib(x: float) -> float:
@@ -173,5 +177,6 @@ def _overlaps(cj: CheckedJob, e: Estimate) -> list[Finding]:
         if alt is not None and alt.step_time_s < step * 0.999:
             out.append(Finding("hidden-by-engine-option", "warning", f"{exposed:.3g} s of {what} is exposed; {name.replace('_', '-')} "
                                f"({how}) would save {step - alt.step_time_s:.3g} s of it ({_pct(step - alt.step_time_s, step)}% of the step)",
-                               {"option": name, "exposed_s": exposed, "step_s": step, "step_s_with_option": alt.step_time_s}))
+                               {"option": name, "exposed_s": exposed, "step_s": step, "step_s_with_option": alt.step_time_s,
+                                "parallel": dict(fields)}))
     return out

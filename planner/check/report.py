@@ -89,6 +89,10 @@ def render_text(r: CheckReport, verbose: bool = False) -> str:
         if f.id == "unmodelled" and not verbose:
             continue
         L.append(f"  [{f.severity}] {f.id}: {f.message}")
+        if f.edit is not None:
+            L.extend(f"     edit: {line}" for line in f.edit.summary)
+            if f.edit.verified is False:
+                L.append(f"     (not checked: {f.edit.problem})")
     unm = [f for f in r.findings if f.id == "unmodelled"]
     if unm and not verbose:
         L.append(f"  [info] {len(unm)} setting(s) the cost model does not price: " + "; ".join(f.message.split(": ")[0] for f in unm))

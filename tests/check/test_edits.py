@@ -248,3 +248,29 @@ def test_030_module_edit_sets_async_tp_in_compile_config(tmp_path, fn, on):
     assert calls and all(ast.unparse(c.func) == "CompileConfig" for c in calls)
     back = read_job([f"{out / src.name}:{fn}"], o)
     assert back.parallel.tp_comm_overlap is on
+
+
+def test_option_findings_carry_their_edit(tmp_path):
+    """A finding that names an engine option comes with the edit that turns it on, in the
+    script's words, read back as the job it prices (the fused loss; the DP overlaps)."""
+    p = tmp_path / "run.sh"
+    p.write_text("#!/bin/bash\ntorchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
+                 "--ffn-hidden-size 14336 --num-attention-heads 32 --group-query-attention --num-query-groups 8 --swiglu "
+                 "--normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights "
+                 "--disable-bias-linear --seq-length 4096 --max-position-embeddings 4096 --vocab-size 128256 "
+                 "--micro-batch-size 1 --global-batch-size 64 --bf16 --tensor-model-parallel-size 2 --use-distributed-optimizer\n")
+    cj = read_job([str(p)], Overrides())
+    r = check_job(cj, top=0)
+    by = {f.evidence["option"]: f for f in r.findings if f.id == "hidden-by-engine-option"}
+    ce = by["cross_entropy_loss_fusion"].edit
+    assert ce.verified and ce.summary == ["add --cross-entropy-loss-fusion"]
+    q = tmp_path / "fused.sh"
+    q.write_text(next(iter(ce.files.values())))
+    back = read_job([str(q)], Overrides())
+    assert back.job.cross_entropy == "native" and back.parallel == cj.parallel
+    og = by["overlap_grad_reduce"].edit
+    assert og.verified and og.summary == ["add --overlap-grad-reduce"]
+    assert [f.edit for f in r.findings if f.id != "hidden-by-engine-option"] == [None] * (len(r.findings) - len(by))
+    doc = check_job(cj, top=0).findings  # JSON carries it
+    assert any("edit" in f.as_dict() for f in doc)
+    assert all(f.edit is None for f in check_job(cj, top=0, edits=False).findings)
