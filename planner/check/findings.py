@@ -86,7 +86,8 @@ def findings(cj: CheckedJob, e: Estimate) -> list[Finding]:
                 out.append(Finding("recompute-not-needed", "warning", f"recompute {p.recompute} is not needed: {lighter} fits "
                                    f"({_gib(alt.memory_peak_bytes)} of {_gib(cap)} GiB) and saves {step - alt.step_time_s:.3g} s per step",
                                    {"recompute": p.recompute, "lighter": lighter, "peak_gib_with_lighter": _gib(alt.memory_peak_bytes),
-                                    "step_s": step, "step_s_with_lighter": alt.step_time_s, "recompute_s": e.time_breakdown_s.get("recompute_s", 0.0)}))
+                                    "step_s": step, "step_s_with_lighter": alt.step_time_s, "recompute_s": e.time_breakdown_s.get("recompute_s", 0.0),
+                                    "parallel": {"recompute": lighter}}))
                 break
     if e.fits and margin > 0.25:
         m = e.num_microbatches
@@ -98,7 +99,8 @@ def findings(cj: CheckedJob, e: Estimate) -> list[Finding]:
                 out.append(Finding("idle-memory", "info", f"{100 * margin:.0f}% of memory is idle; micro-batch {mb} fits "
                                    f"({_gib(alt.memory_peak_bytes)} GiB) and is {100 * (step - alt.step_time_s) / step:.1f}% faster",
                                    {"micro_batch": p.micro_batch_size, "micro_batches": m, "idle_gib": _gib(cap - e.memory_peak_bytes),
-                                    "alt_micro_batch": mb, "alt_peak_gib": _gib(alt.memory_peak_bytes), "alt_step_s": alt.step_time_s}))
+                                    "alt_micro_batch": mb, "alt_peak_gib": _gib(alt.memory_peak_bytes), "alt_step_s": alt.step_time_s,
+                                    "parallel": {"micro_batch_size": mb}}))
                 break
     if e.fits and p.zero > 0:
         for z in range(p.zero - 1, -1, -1):
@@ -108,7 +110,8 @@ def findings(cj: CheckedJob, e: Estimate) -> list[Finding]:
                                    f"({_gib(alt.memory_peak_bytes)} GiB) and saves {step - alt.step_time_s:.3g} s per step "
                                    f"(data-parallel traffic exposed now: {e.time_breakdown_s.get('dp_comm_exposed_s', 0.0):.3g} s)",
                                    {"zero": p.zero, "alt_zero": z, "dp_comm_exposed_s": e.time_breakdown_s.get("dp_comm_exposed_s", 0.0),
-                                    "alt_peak_gib": _gib(alt.memory_peak_bytes), "alt_step_s": alt.step_time_s}))
+                                    "alt_peak_gib": _gib(alt.memory_peak_bytes), "alt_step_s": alt.step_time_s,
+                                    "parallel": {"zero": z, "overlap_param_gather": p.overlap_param_gather and z in (1, 2)}}))
                 break
     if p.pp > 1:
         times = list(e.stage_times_s)

@@ -270,7 +270,9 @@ def test_option_findings_carry_their_edit(tmp_path):
     assert back.job.cross_entropy == "native" and back.parallel == cj.parallel
     og = by["overlap_grad_reduce"].edit
     assert og.verified and og.summary == ["add --overlap-grad-reduce"]
-    assert [f.edit for f in r.findings if f.id != "hidden-by-engine-option"] == [None] * (len(r.findings) - len(by))
+    idle = next(f for f in r.findings if f.id == "idle-memory")  # a micro-batch the memory leaves room for
+    assert idle.edit.verified and idle.edit.summary == [f"--micro-batch-size 1 -> {idle.evidence['alt_micro_batch']}"]
+    assert all(f.edit is None for f in r.findings if "parallel" not in f.evidence and f.id != "hidden-by-engine-option")
     doc = check_job(cj, top=0).findings  # JSON carries it
     assert any("edit" in f.as_dict() for f in doc)
     assert all(f.edit is None for f in check_job(cj, top=0, edits=False).findings)
