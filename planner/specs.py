@@ -47,8 +47,9 @@ GRAD_REDUCE = ("auto", "fp32", "bf16")
 # How the loss's cross-entropy runs ("auto": the engine's default; planner.engines.profile.Engine.loss_kernels):
 # Megatron's vocab-parallel cross entropy eager ("unfused"), under --cross-entropy-loss-fusion
 # ("native", jit-fused; "te", Transformer Engine's Triton kernel), or PyTorch's F.cross_entropy on
-# fp32 logits ("torch": torchtitan, Hugging Face models under DeepSpeed).
-CROSS_ENTROPY = ("auto", "unfused", "native", "te", "torch")
+# fp32 logits ("torch": torchtitan, Hugging Face models under DeepSpeed; "compiled": the same under
+# torch.compile, torchtitan's compile.components with "loss").
+CROSS_ENTROPY = ("auto", "unfused", "native", "te", "torch", "compiled")
 FP8_RECIPES = ("auto", "delayed", "tensorwise", "mxfp8", "blockwise", "rowwise", "rowwise_with_gw_hp")
 RECOMPUTE_KINDS = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "zb-v", "dualpipe")

@@ -254,8 +254,14 @@ def titan_draft(s: TitanSettings, path: Path, fmt: str, world: int | None = None
                 n *= int(s.get(P + k) or 1)
             d.set("hardware.num_gpus", n, "file", f"{s.path.name}: the product of the parallel degrees")
     _recompute(d, s)
-    if s.get("compile.enable"):
-        d.unmodelled.append(f"compile.enable (components {s.get('compile.components')}): torch.compile fuses elementwise work")
+    comps = s.get("compile.components") or []
+    if s.get("compile.enable") and "loss" in comps:  # components/loss.py: torch.compile(loss_fn)
+        d.set("job.cross_entropy", "compiled", "file", f"{s.where('compile.enable')} with 'loss' in compile.components {comps}")
+    else:
+        d.set("job.cross_entropy", "torch", s.kind("compile.enable"), f"{s.where('compile.enable')}: the eager loss (components/loss.py)")
+    if s.get("compile.enable") and "model" in comps:
+        d.unmodelled.append(f"compile.enable (components {comps}): torch.compile fuses the model's elementwise work (priced eager; "
+                            "the loss's fusion and async TP are priced)")
     d.post.append(lambda dd, cluster: _parallel(dd, s, shape, cluster))
     d.post.append(_attention)
     return d

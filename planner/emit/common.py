@@ -299,6 +299,11 @@ def for_engine(v: PlanView, name: str) -> tuple[PlanView, list[str]]:
             notes.append(f"The plan was priced for {v.engine.name} with {key}={getattr(par, key)}; {target.name} runs "
                          f"{key}={val}, so that part of the prediction does not carry over.")
         par = replace(par, **ch)
+        ce = v.job.cross_entropy
+        if ce != "auto" and ce not in {n for n, _, _ in target.loss_kernels}:  # e.g. Megatron's fusion on torchtitan
+            notes.append(f"The plan was priced for {v.engine.name} with cross_entropy={ce}; {target.name} runs its own "
+                         f"({target.loss_default}), so that part of the prediction does not carry over.")
+            v = replace(v, job=replace(v.job, cross_entropy="auto"))
     check_engine(v.model, v.job, par, target, v.stage_layers)
     return replace(v, parallel=par), notes
 

@@ -104,6 +104,10 @@ def titan_settings(v: PlanView, version: str) -> dict:
         # the model, which torchtitan requires (0.2.2 distributed/tensor_parallel.py, 0.3.0 CompileConfig)
         "async_tp": bool(p.tp_comm_overlap and p.tp > 1),
     }
+    # torch.compile's components (0.2.2 job_config.py Compile, 0.3.0 CompileConfig; torchtitan
+    # compiles the loss with "loss" among them, components/loss.py): the model for async TP, the
+    # loss where the plan was priced with the compiled cross entropy, nothing else.
+    s["compile"] = (["model"] if s["async_tp"] else []) + (["loss"] if eng.loss_name(j.cross_entropy) == "compiled" else [])
     if p.pp > 1:
         style = "v" if p.schedule in _V_SCHEDULES else "loop"
         sizes = chunk_sizes(v.stage_layers, p.vpp, style)
@@ -174,8 +178,8 @@ def torchtitan_config(v: PlanView) -> dict:
         "parallelism": par,
         "activation_checkpoint": ac,
     }
-    if s["async_tp"]:
-        doc["compile"] = {"enable": True, "components": ["model", "loss"]}
+    if s["compile"]:
+        doc["compile"] = {"enable": True, "components": s["compile"]}
     if s["fp8"]:
         # The output layer stays bf16, as priced (torchtitan's own tomls filter it). Tensor-wise is
         # 0.2.2's recipe_name None: with recipe_name set, its converter asserts that

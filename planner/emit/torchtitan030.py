@@ -82,7 +82,8 @@ def torchtitan030_module(v: PlanView, s: dict, notes: list[str]) -> str:
         f"    cfg.parallelism = ParallelismConfig(\n        {_kwargs(par)})",
         f"    cfg.training = TrainingConfig(\n        {_kwargs(training)})",
         f"    cfg.activation_checkpoint = {ac}",
-        "    cfg.compile = CompileConfig(enable=True, enable_async_tensor_parallel=True)" if s["async_tp"]
+        (f"    cfg.compile = CompileConfig(enable=True, components={s['compile']!r}"
+         + (", enable_async_tensor_parallel=True)" if s["async_tp"] else ")")) if s["compile"]
         else "    cfg.compile = CompileConfig(enable=False)",
         "    return cfg",
         "",

@@ -108,3 +108,24 @@ def test_profile_refusal_must_name_a_kernel_and_spare_the_default():
         _loss({**ok, "launch_refuses": {"native": "why"}}, "p")
     with pytest.raises(InputError, match="p.loss.default"):
         _loss({**ok, "launch_refuses": {"unfused": "why"}}, "p")
+
+
+def test_torchtitans_compiled_loss(tmp_path):
+    """torch.compile of the loss (compile.enable with "loss" among compile.components, the default
+    components): one fused pass over the bf16 logits each way; under TP still loss_parallel's bytes.
+    check reads it from the TOML; the Megatron engines have no such loss."""
+    titan = get_engine("torchtitan")
+    assert titan.loss_bytes("compiled") == (2.0, 4.0) and titan.loss_bytes("compiled", tp=2) == titan.loss_bytes("torch", tp=2)
+    with pytest.raises(InputError, match="job.cross_entropy"):
+        get_engine("megatron-core").loss_bytes("compiled")
+    par = ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=1, recompute="none", zero=3)
+    eager, comp = (estimate(MODEL, CLUSTER, Job(8192, 64, cross_entropy=ce), par, "torchtitan").step_time_s for ce in ("torch", "compiled"))
+    assert comp < eager
+    base = ('[model]\nname = "llama3"\nflavor = "8B"\n[training]\nlocal_batch_size = 1\nseq_len = 8192\n'
+            '[parallelism]\ndata_parallel_shard_degree = -1\n')
+    got = {}
+    for name, extra in (("off", ""), ("on", "[compile]\nenable = true\n"), ("model-only", '[compile]\nenable = true\ncomponents = ["model"]\n')):
+        p = tmp_path / f"{name}.toml"
+        p.write_text(base + extra)
+        got[name] = read_job([str(p)], Overrides(gpus=8)).job.cross_entropy
+    assert got == {"off": "torch", "on": "compiled", "model-only": "torch"}

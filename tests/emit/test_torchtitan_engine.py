@@ -25,7 +25,8 @@ from emit_helpers import load
 from engine_env import TT_INSTALL, run_worker, torchtitan_path
 from planner.cost.flops import param_count
 from planner.emit import emit_files
-from planner.emit.common import load_plan_view
+from planner.emit.common import for_engine, load_plan_view
+from planner.engines import get_engine
 from planner.emit.titan_flavors import FLAVORS
 from planner.specs import ModelSpec, MoESpec
 from test_torchtitan import TT_PLANS
@@ -68,7 +69,16 @@ def _async_tp() -> dict:
     return doc
 
 
+def _compiled_loss(async_tp: bool) -> dict:
+    doc = copy.deepcopy(load("torchtitan_llama70b_64gpu") if async_tp else load("llama8b_fsdp_64gpu"))
+    doc["job"]["cross_entropy"] = "compiled"
+    if async_tp:
+        doc["plans"][0]["parallel"].update(tp_comm_overlap=True)
+    return doc
+
+
 VARIANTS = {"zbv": _v_schedule("zb-v"), "dualpipev": _v_schedule("dualpipe"), "asynctp": _async_tp(),
+            "compiled-loss": _compiled_loss(False), "compiled-loss-asynctp": _compiled_loss(True),
             **{f"fp8-{r}": _fp8(r) for r in ("rowwise", "rowwise_with_gw_hp", "tensorwise", "auto")}}
 PLANS = {f"{fx}-{rank}": (load(fx), rank) for fx, rank in TT_PLANS} | {name: (doc, 1) for name, doc in VARIANTS.items()}
 
@@ -143,8 +153,11 @@ def test_torchtitan_accepts_and_builds(titan, name):
     # async TP exactly when the plan overlaps the TP collectives, with the compile torchtitan requires for it
     # (a plan priced on another engine does not carry its overlap: emit/common.py for_engine)
     assert r["async_tp"] == bool(p.tp_comm_overlap and p.tp > 1 and (v.engine is None or v.engine.name == "torchtitan"))
-    if r["async_tp"]:
-        assert r["compile"][0] and "model" in r["compile"][1]
+    # torch.compile exactly for async TP (the model) and a plan priced with the compiled loss (the loss)
+    compiled_loss = get_engine("torchtitan").loss_name(for_engine(v, "torchtitan")[0].job.cross_entropy) == "compiled"
+    assert r["compile"][0] == (r["async_tp"] or compiled_loss)
+    if r["compile"][0]:
+        assert ("model" in r["compile"][1]) == r["async_tp"] and ("loss" in r["compile"][1]) == compiled_loss
     if version == "0.3.0":
         assert r["ac"] == {"none": None, "full": "FullAC.Config", "selective": "SelectiveAC.Config"}[p.recompute]
     else:
