@@ -171,17 +171,60 @@ def _toml_value(v) -> str:
     return tomli_w.dumps({"x": v}).split("=", 1)[1].strip()
 
 
+def _depth(line: str, depth: int) -> int:
+    """Bracket depth after ``line`` (brackets inside strings and comments do not count)."""
+    quote = None
+    for ch in line:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "#":
+            break
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+    return depth
+
+
+def _entries(lines: list[str]) -> list[tuple[int, int, str, str]]:
+    """The file's logical lines: (first, past-the-last line, "table" | "key", name); a key's value
+    may span lines (a multi-line array), whose inner lines are never taken for table headers."""
+    out, i = [], 0
+    while i < len(lines):
+        s = lines[i].strip()
+        m = re.match(r"^([A-Za-z0-9_.\-\"']+)\s*=", s)
+        if s.startswith("[") and not s.startswith("[["):
+            out.append((i, i + 1, "table", s.split("]")[0].strip("[ ")))
+        elif m:
+            j, depth = i, _depth(s.split("=", 1)[1], 0)
+            while depth > 0 and j + 1 < len(lines):
+                j += 1
+                depth = _depth(lines[j], depth)
+            out.append((i, j + 1, "key", m.group(1)))
+            i = j
+        i += 1
+    return out
+
+
 def _section_bounds(lines: list[str], sec: str) -> tuple[int, int] | None:
     start = None
-    for i, line in enumerate(lines):
-        s = line.strip()
-        if s.startswith("[") and not s.startswith("[["):
-            name = s.split("]")[0].strip("[ ")
+    for a, _, kind, name in _entries(lines):
+        if kind == "table":
             if start is not None:
-                return start, i
+                return start, a
             if name == sec:
-                start = i
+                start = a
     return (start, len(lines)) if start is not None else None
+
+
+def _key_span(lines: list[str], sec: str, key: str) -> tuple[int, int] | None:
+    """Lines [first, last) of ``key``'s entry in table ``sec`` (None when it has none)."""
+    b = _section_bounds(lines, sec)
+    if b is None:
+        return None
+    return next(((a, z) for a, z, kind, name in _entries(lines) if kind == "key" and name == key and b[0] < a < b[1]), None)
 
 
 def _toml_set(lines: list[str], sec: str, key: str, value) -> list[str]:
@@ -191,28 +234,22 @@ def _toml_set(lines: list[str], sec: str, key: str, value) -> list[str]:
         while lines and not lines[-1].strip():
             lines = lines[:-1]
         return lines + ["", f"[{sec}]", text, ""]
+    span = _key_span(lines, sec, key)
+    if span is not None:
+        i, z = span
+        comment = ""
+        m = re.search(r"\s+#.*$", lines[i])
+        if m and z == i + 1 and not isinstance(value, list):
+            comment = m.group(0)
+        return lines[:i] + [text + comment] + lines[z:]
     a, z = b
-    pat = re.compile(r"^\s*" + re.escape(key) + r"\s*=")
-    for i in range(a + 1, z):
-        if pat.match(lines[i]):
-            comment = ""
-            m = re.search(r"\s+#.*$", lines[i])
-            if m and not isinstance(value, list):
-                comment = m.group(0)
-            return lines[:i] + [text + comment] + lines[i + 1:]
-    last = a
-    for i in range(a + 1, z):
-        if lines[i].strip() and not lines[i].strip().startswith("#"):
-            last = i
+    last = max((e - 1 for s0, e, kind, _ in _entries(lines) if kind == "key" and a < s0 < z), default=a)
     return lines[:last + 1] + [text] + lines[last + 1:]
 
 
 def _toml_del(lines: list[str], sec: str, key: str) -> list[str]:
-    b = _section_bounds(lines, sec)
-    if b is None:
-        return lines
-    pat = re.compile(r"^\s*" + re.escape(key) + r"\s*=")
-    return [ln for i, ln in enumerate(lines) if not (b[0] < i < b[1] and pat.match(ln))]
+    span = _key_span(lines, sec, key)
+    return lines if span is None else lines[:span[0]] + lines[span[1]:]
 
 
 # --- 0.3.0 config modules ----------------------------------------------------------------------

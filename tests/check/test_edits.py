@@ -276,3 +276,24 @@ def test_option_findings_carry_their_edit(tmp_path):
     doc = check_job(cj, top=0).findings  # JSON carries it
     assert any("edit" in f.as_dict() for f in doc)
     assert all(f.edit is None for f in check_job(cj, top=0, edits=False).findings)
+
+
+def test_toml_edits_keep_multi_line_arrays_whole():
+    """A multi-line array (module_fqns_per_model_part) is one entry: replaced or removed whole, and
+    its inner "[" lines are never taken for table headers."""
+    import tomllib  # noqa: PLC0415
+
+    from planner.check.edits_titan import _section_bounds, _toml_del, _toml_set  # noqa: PLC0415
+
+    text = ('[parallelism]\npipeline_parallel_degree = 2\nmodule_fqns_per_model_part = [\n    [\n        "tok_embeddings",\n'
+            '        "layers.0",\n    ],\n    [\n        "layers.1", # a comment ] [\n        "norm",\n    ],\n]\n'
+            'tensor_parallel_degree = 1\n\n[compile]\nenable = false\n')
+    lines = text.split("\n")
+    assert _section_bounds(lines, "parallelism") == (0, lines.index("[compile]"))
+    out = "\n".join(_toml_set(lines, "parallelism", "module_fqns_per_model_part", [["a"], ["b"]]))
+    assert tomllib.loads(out)["parallelism"] == {"pipeline_parallel_degree": 2, "module_fqns_per_model_part": [["a"], ["b"]],
+                                                  "tensor_parallel_degree": 1}
+    out = "\n".join(_toml_del(lines, "parallelism", "module_fqns_per_model_part"))
+    assert tomllib.loads(out) == {"parallelism": {"pipeline_parallel_degree": 2, "tensor_parallel_degree": 1}, "compile": {"enable": False}}
+    out = "\n".join(_toml_set(lines, "parallelism", "enable_async_tensor_parallel", True))  # appended after the array
+    assert tomllib.loads(out)["parallelism"]["enable_async_tensor_parallel"] is True

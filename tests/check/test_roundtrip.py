@@ -31,8 +31,8 @@ FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", 
 CPU_S: list[float] = []  # CPU seconds each round-trip test took (time.process_time: unaffected by a busy machine)
 
 
-def _docs(engine: str):
-    for mid, gpus, seq, gbs in SETUPS[engine]:
+def _docs(engine: str, setups=None):
+    for mid, gpus, seq, gbs in setups or SETUPS[engine]:
         m, c, j = planner.load_model(mid), planner.make_cluster("h100-sxm5-80gb", gpus), planner.Job(seq, gbs)
         res = planner.plan(m, c, j, top_k=10, options=SearchOptions(engine=engine), time_limit_s=20)
         yield plan_document(Setup(m, c, j, {}, mid, "h100-sxm5-80gb", engine=engine), res.plans, {"engine": engine}), res.plans
@@ -97,3 +97,30 @@ def test_round_trip_is_fast():
     if len(CPU_S) < len(SETUPS):
         pytest.skip("run with the round-trip tests")
     assert sum(CPU_S) < 60, CPU_S
+
+
+@pytest.mark.parametrize("engine", list(SETUPS))
+def test_finding_edits_of_launch_files_read_back(engine, tmp_path):
+    """`check` on the planner's own launch files: each finding's edit (the tp overlap, a ZeRO or
+    micro-batch change...) is valid in the file's format and reads back as the change, including
+    torchtitan TOMLs whose module_fqns_per_model_part spans many lines (the default job's plan,
+    `planner plan --emit torchtitan`: pp 8, async TP left to a finding)."""
+    import itertools  # noqa: PLC0415
+
+    from planner.check import check_job  # noqa: PLC0415
+
+    seen = 0
+    docs = itertools.chain(_docs(engine), _docs(engine, [("llama3.1-70b", 64, 8192, 256)]) if engine == "torchtitan" else ())
+    for n, (doc, plans) in enumerate(docs):
+        for p in plans[:3]:
+            try:
+                files, _ = emit_bundle(doc, EMIT[engine], p.rank)
+            except planner.InputError:
+                continue
+            out = tmp_path / f"{n}-{p.rank}"
+            write_files(files, out)
+            for f in check_job(read_job([str(out)]), top=0).findings:
+                if f.edit is not None:
+                    seen += 1
+                    assert f.edit.verified, (f.id, f.edit.summary, f.edit.problem)
+    assert seen >= 1
