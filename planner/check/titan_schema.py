@@ -12,13 +12,14 @@ import importlib.util
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["job_config_schema", "Section"]
+__all__ = ["job_config_schema", "Section", "key_type", "type_ok"]
 
 
 class Section:
     def __init__(self, name: str):
         self.name = name
         self.keys: dict[str, object] = {}  # key -> default (None when not a literal)
+        self.types: dict[str, str] = {}  # key -> its annotation, as written (e.g. "int", "list[str] | None")
         self.sections: dict[str, "Section"] = {}
 
 
@@ -65,9 +66,51 @@ def job_config_schema() -> Section | None:
                 sec.sections[key] = build(key, sub, seen + (sub,))
             else:
                 sec.keys[key] = default
+                sec.types[key] = ann
         return sec
 
     return build("", "JobConfig", ("JobConfig",)) if "JobConfig" in classes else None
+
+
+def key_type(schema: Section, key: str) -> str | None:
+    """The annotation of ``section.sub.key`` in the schema (None when it has no such key)."""
+    *secs, name = key.split(".")
+    for s in secs:
+        schema = schema.sections.get(s)
+        if schema is None:
+            return None
+    return schema.types.get(name)
+
+
+_SCALARS = {"int": lambda v: isinstance(v, int) and not isinstance(v, bool), "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+            "bool": lambda v: isinstance(v, bool), "str": lambda v: isinstance(v, str)}
+
+
+def type_ok(value, ann: str) -> bool:
+    """Whether a TOML value has the annotated type (the plain types torchtitan's fields use:
+    int, float, bool, str, list[...] of them, Literal[...], unions with None); True for any other
+    annotation (not checked)."""
+    try:
+        node = ast.parse(ann, mode="eval").body
+    except SyntaxError:
+        return True
+    return _ok(value, node)
+
+
+def _ok(v, node) -> bool:
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _ok(v, node.left) or _ok(v, node.right)
+    if isinstance(node, ast.Constant) and node.value is None:
+        return v is None
+    if isinstance(node, ast.Name):
+        return _SCALARS.get(node.id, lambda _: True)(v)
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+        if node.value.id == "list":
+            return isinstance(v, list) and all(_ok(x, node.slice) for x in v)
+        if node.value.id == "Literal":
+            opts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            return any(isinstance(o, ast.Constant) and o.value == v for o in opts)
+    return True
 
 
 def _literal(node):

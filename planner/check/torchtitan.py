@@ -28,7 +28,7 @@ from pathlib import Path
 
 from planner.check.job import Draft
 from planner.check.titan_flavors import flavor_shape
-from planner.check.titan_schema import job_config_schema
+from planner.check.titan_schema import job_config_schema, key_type, type_ok
 from planner.engines import supports_flash
 from planner.errors import InputError
 
@@ -57,6 +57,11 @@ class TitanSettings:
             for sec_name, sec in schema.sections.items():
                 for k, v in sec.keys.items():
                     self.defaults.setdefault(f"{sec_name}.{k}", v)
+            if version == "0.2.2":  # the schema is 0.2.2's JobConfig: its types, as its ConfigManager parses them
+                for key, (v, where) in values.items():
+                    ann = key_type(schema, key)
+                    if ann is not None and not type_ok(v, ann):
+                        raise InputError(f"{path.name}: {where}", v, f"a value of type {ann} (torchtitan 0.2.2 config/job_config.py)")
 
     def get(self, key: str):
         if key in self.values:
@@ -201,6 +206,8 @@ def titan_draft(s: TitanSettings, path: Path, fmt: str, world: int | None = None
     P, T, A = "parallelism.", "training.", "activation_checkpoint."
     name, flavor = s.get("model.name"), s.get("model.flavor")
     seq = s.get(T + "seq_len")
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+        raise InputError(s.where(T + "seq_len"), seq, "a positive integer")
     shape = flavor_shape(str(name), str(flavor), int(seq or 4096))
     where = f"{s.where('model.flavor')} -> torchtitan 0.2.2's {name} {flavor} (built on the meta device)"
     for k, v in shape.items():

@@ -54,6 +54,10 @@ CASES = {
     "toml-unknown-key": ("job.toml", TOML.format(par="tensor_parallel_degre = 2"), ["--gpus", "8"], "tensor_parallel_degre"),
     "toml-degrees-vs-world": ("job.toml", TOML.format(par="data_parallel_shard_degree = 3\ntensor_parallel_degree = 2"), ["--gpus", "8"], "world size"),
     "toml-unknown-flavor": ("job.toml", TOML.format(par="").replace('"8B"', '"9B"'), ["--gpus", "8"], "model.flavor"),
+    "toml-list-for-int": ("job.toml", TOML.format(par="pipeline_parallel_degree = 2\npipeline_parallel_layers_per_stage = [16, 16]"),
+                          ["--gpus", "8"], "type int | None"),
+    "toml-string-for-int": ("job.toml", TOML.format(par="").replace("seq_len = 4096", 'seq_len = "4k"'), ["--gpus", "8"], "seq_len"),
+    "toml-negative-seq": ("job.toml", TOML.format(par="").replace("seq_len = 4096", "seq_len = -1"), ["--gpus", "8"], "positive"),
     "toml-bad-schedule": ("job.toml", TOML.format(par='pipeline_parallel_degree = 2\npipeline_parallel_schedule = "Zigzag"'), ["--gpus", "8"], "Zigzag"),
     # plan document
     "plan-missing-rank": ("plan.json", json.dumps({"schema": "planner-plan/1", "model": {"layers": 2, "hidden": 64, "heads": 2, "ffn_hidden": 256, "vocab": 100},
