@@ -53,6 +53,7 @@ def megatron_job(fields: list, path: Path, launch: Launch | None, fmt: str = "me
         d.notes.append(f"read as the 2021 engine (megatron-legacy): {', '.join(sorted(set(legacy)))} are Megatron-LM v2 flags that "
                        "the current parser no longer has (the SC21 README pins commit 6985e58)")
     _classify(d, p)
+    _positive_ints(p)
     for flag in p.split_words:
         d.findings.append(("shell-word-splitting", f"{_src(p, flag)}: the quoted value of {flag} ({p.one(flag)!r}) reaches Megatron as "
                            f"{len(p.one(flag).split())} words because the array is expanded unquoted (${{ARR[@]}}): argparse rejects the "
@@ -65,6 +66,29 @@ def megatron_job(fields: list, path: Path, launch: Launch | None, fmt: str = "me
 
     d.editor = MegatronEditor(path, p, fields, launch)
     return d
+
+
+# Sizes and degrees the reader prices: argparse reads each as an int (type=int) and the job needs
+# it to be at least 1 (a degree of 0 divides the world by zero; Megatron-LM asserts the batch sizes).
+_POSITIVE_INT_FLAGS = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
+                       "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--virtual-pipeline-model-parallel-size",
+                       "--num-layers-per-virtual-pipeline-stage", "--num-layers", "--hidden-size", "--ffn-hidden-size",
+                       "--num-attention-heads", "--num-query-groups", "--kv-channels", "--seq-length", "--max-position-embeddings",
+                       "--micro-batch-size", "--global-batch-size", "--batch-size", "--vocab-size", "--num-experts", "--moe-router-topk",
+                       "--moe-ffn-hidden-size")
+
+
+def _positive_ints(p: Parsed) -> None:
+    for flag in _POSITIVE_INT_FLAGS:
+        v = p.one(flag)
+        if v is None:
+            continue
+        try:
+            n = int(v)
+        except ValueError:
+            raise InputError(_src(p, flag), v, "an integer (argparse type=int)") from None
+        if n < 1:
+            raise InputError(_src(p, flag), n, "a positive integer")
 
 
 def _classify(d: Draft, p: Parsed) -> None:
@@ -532,8 +556,10 @@ def _parallel(d: Draft, p: Parsed) -> None:
         d.set("parallel.layers_per_stage", lps, "file", _src(p, split_flag))
     else:
         d.set("parallel.layers_per_stage", tuple([layers // pp] * pp) if layers and pp else None, "default", "even split")
-    _set(d, "parallel.micro_batch_size", p.int("--micro-batch-size") or (p.int("--batch-size") if p.legacy else None) or 1, p,
-         "--micro-batch-size", "Megatron default 1")
+    mb = p.int("--micro-batch-size", p.int("--batch-size") if p.legacy else None)
+    if mb is not None and mb < 1:  # Megatron-LM: micro_batch_size > 0 (its batch calculator divides by it)
+        raise InputError(_src(p, "--micro-batch-size" if p.has("--micro-batch-size") else "--batch-size"), mb, "a positive integer")
+    _set(d, "parallel.micro_batch_size", 1 if mb is None else mb, p, "--micro-batch-size", "Megatron default 1")
     sp = p.has("--sequence-parallel") and tp > 1
     _set(d, "parallel.sequence_parallel", sp, p, "--sequence-parallel" if tp > 1 else None,
          "off" if tp > 1 else "off: tensor parallelism is 1 (ARGS:1433 drops --sequence-parallel)")

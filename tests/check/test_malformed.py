@@ -42,6 +42,9 @@ CASES = {
     "param-gather-without-grad-reduce": ("train.sh", MEG.format(extra="--use-distributed-optimizer --overlap-param-gather"), [], "--overlap-grad-reduce"),
     "fp32-run": ("train.sh", MEG.format(extra="").replace("--bf16 ", ""), [], "--bf16 / --fp16"),
     "unclosed-quote": ("train.sh", MEG.format(extra='--split "99,1,0'), [], "closing double quote"),
+    "zero-micro-batch": ("train.sh", MEG.format(extra="--micro-batch-size 0"), [], "--micro-batch-size"),
+    "zero-tp": ("train.sh", MEG.format(extra="--tensor-model-parallel-size 0"), [], "positive integer"),
+    "word-for-int": ("train.sh", MEG.format(extra="--pipeline-model-parallel-size two"), [], "--pipeline-model-parallel-size"),
     "no-launch": ("train.sh", "#!/bin/bash\necho hello\n", [], "no pretrain_*.py launch"),
     # DeepSpeed
     "broken-json": ("ds.json", '{"train_batch_size": 8,', ["--model", "llama3.1-8b", "--seq-len", "4096"], "malformed JSON"),
