@@ -140,12 +140,14 @@ def parallels(draw) -> ParallelConfig:
 
 
 @SETTINGS
-@given(models(), clusters(), jobs(), parallels())
-def test_estimate_raises_only_input_error_and_is_finite(model, cluster, job, par):
+@given(models(), clusters(), jobs(), parallels(), st.sampled_from(["megatron-core", "torchtitan", "deepspeed"]))
+def test_estimate_raises_only_input_error_and_is_finite(model, cluster, job, par, engine):
     try:
-        est = planner.estimate(model, cluster, job, par)
+        est = planner.estimate(model, cluster, job, par, engine)
     except InputError:
         return
+    for x in est.comm:  # what is exposed of a link's traffic is part of it
+        assert x["exposed_s"] <= x["time_s"] * (1 + 1e-9) + 1e-12, x
     for value in (est.step_time_s, est.tokens_per_s, est.memory_peak_bytes, est.mfu, est.hfu):
         assert math.isfinite(value) and value > 0
     assert all(math.isfinite(t) and t > 0 for t in est.stage_times_s)

@@ -156,7 +156,7 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig,
         "overhead_s": C.STEP_OVERHEAD_S,
     }
     comm = [
-        {"kind": "tp", "link": links["tp"].link, "time_s": m * max(n * (6 if par.recompute == "full" else 4) * t_tp + (raw["last_tp_link_s"] if i == pp - 1 else 0.0)
+        {"kind": "tp", "link": links["tp"].link, "time_s": m * max(n * raw["tp_layer_s"] + (raw["last_tp_link_s"] if i == pp - 1 else 0.0)
                                                                    + (raw["first_extra"]["tp_comm"] if i == 0 else 0.0)
                                                                    for i, n in enumerate(lps)), "exposed_s": breakdown["tp_comm_exposed_s"]},
         {"kind": "pp", "link": links["pp"].link, "time_s": m * 2 * v * t_p2p, "exposed_s": breakdown["pp_comm_exposed_s"]},

@@ -233,7 +233,17 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C
         mtp_f = L * (f_k + lg_f + proj_f)
         mtp_w = L * (min(w_k, f_k) + proj_w)
     t_p2p = p2p_send_time(model, cluster, job, tp, pp, dp, cp, mb)
-    raw = {"t_tp": t_tp, "t_cp": t_cp_f, "t_a2a": t_a2a, "t_p2p": t_p2p, "bwd_dense_s": lt_d.bwd_s, "fwd_dense_s": lt_d.fwd_s,
+    # a layer's TP link time, hidden or not: 2 collectives each way a pass (t_tp is one pair), the
+    # recomputed forward's under full recompute, the re-run all-gathers of torchtitan's per-op policy
+    if tp == 1:
+        tp_layer = 0.0
+    elif full:
+        tp_layer = 6 * t_tp
+    elif op_sac:
+        tp_layer = 4 * t_tp + (2 * links["tp"].time("allgather", ag_bytes) if sp else 2 * t_tp)
+    else:
+        tp_layer = 4 * t_tp
+    raw = {"t_tp": t_tp, "tp_layer_s": tp_layer, "t_cp": t_cp_f, "t_a2a": t_a2a, "t_p2p": t_p2p, "bwd_dense_s": lt_d.bwd_s, "fwd_dense_s": lt_d.fwd_s,
            "tp_fwd_exposed_s": tp_fwd, "tp_bwd_exposed_s": tp_bwd, "fw_dense": fw(lt_d, False), "fw_moe": fw(lt_m, True),
            "fw_last": (lg_f + mtp_f, mtp_w), "last_tp_link_s": last_link,
            # the input embedding (VocabParallelEmbedding) on the first stage: its output all-reduced
