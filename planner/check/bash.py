@@ -385,29 +385,27 @@ class Shell(Expander):
             script_src = Src.of_file(path.read_text(encoding="utf-8", errors="replace"), str(path))
         if script_src is None:
             return 0
-        for m in re.finditer(r"^#SBATCH\s+(.*)$", script_src.text, re.M):
-            toks = m.group(1).split()
-            j = 0
-            while j < len(toks):
-                key, eq, val = toks[j].partition("=")
-                if not eq and key in _SLURM_VALUED and j + 1 < len(toks):
-                    val, j = toks[j + 1], j + 1
-                opts.setdefault(_slurm_key(key), val)
-                j += 1
+        for k, v in sbatch_directives(script_src.text).items():
+            opts.setdefault(k, v)
         sh = self.child()
         sh.vars.update(local)
         sh.positional = script_args
-        sh.context = self.context + (("sbatch", dict(opts)),)
-        for var, key in (("SLURM_NNODES", "nodes"), ("SLURM_JOB_NUM_NODES", "nodes"), ("SLURM_NTASKS_PER_NODE", "ntasks-per-node"),
-                         ("SLURM_GPUS_PER_NODE", "gpus-per-node")):
-            if str(opts.get(key, "")).isdigit():
-                sh.vars[var] = segs(str(opts[key]), Origin(here.file, here.line, False))
-                sh.exported.add(var)
+        sh.in_batch(opts, Origin(here.file, here.line, False))
         try:
             sh.run_src(script_src)
         except _Exit:
             pass
         return 0
+
+    def in_batch(self, opts: dict, origin: Origin) -> None:
+        """Run as sbatch runs a batch script with the options ``opts``: SLURM_NNODES and the other
+        variables SLURM sets from them, and an ("sbatch", opts) context for the launch inside."""
+        self.context = self.context + (("sbatch", dict(opts)),)
+        for var, key in (("SLURM_NNODES", "nodes"), ("SLURM_JOB_NUM_NODES", "nodes"), ("SLURM_NTASKS_PER_NODE", "ntasks-per-node"),
+                         ("SLURM_GPUS_PER_NODE", "gpus-per-node")):
+            if str(opts.get(key, "")).isdigit() and var not in self.exported:
+                self.vars[var] = segs(str(opts[key]), origin)
+                self.exported.add(var)
 
     def _srun(self, argv, words, local, here) -> int:
         opts, i = {}, 1
@@ -519,14 +517,41 @@ def _binary(a: str, op: str, b: str) -> bool:
     return {"-eq": x == y, "-ne": x != y, "-lt": x < y, "-le": x <= y, "-gt": x > y, "-ge": x >= y}[op]
 
 
+def sbatch_directives(text: str) -> dict:
+    """The options of a batch script's ``#SBATCH`` lines (long names: nodes, ntasks-per-node...):
+    those before its first command, as sbatch reads them ("sbatch will stop processing further
+    #SBATCH directives once the first non-comment non-whitespace line has been reached", sbatch(1))."""
+    opts: dict = {}
+    for line in text.splitlines():
+        s = line.strip()
+        if s and not s.startswith("#"):
+            break
+        m = re.match(r"^#SBATCH\s+(.*)$", s)
+        if m is None:
+            continue
+        toks = m.group(1).split()
+        j = 0
+        while j < len(toks):
+            key, eq, val = toks[j].partition("=")
+            if not eq and key in _SLURM_VALUED and j + 1 < len(toks):
+                val, j = toks[j + 1], j + 1
+            opts.setdefault(_slurm_key(key), val)
+            j += 1
+    return opts
+
+
 def run_script(path: str | Path, args: list[str] | None = None, env: dict | None = None) -> Shell:
-    """Run the shell logic of the script at ``path`` and return the shell (its ``commands``)."""
+    """Run the shell logic of the script at ``path`` and return the shell (its ``commands``). A
+    script with ``#SBATCH`` lines is read as sbatch runs it (SLURM_NNODES etc. from them)."""
     p = Path(path)
     sh = Shell(script_name=p.name, cwd=str(p.parent.resolve()))
     sh.vars["PWD"] = segs(sh.cwd, Origin("<shell>", 0, False))
     for k, v in (env or {}).items():
         sh.vars[k] = segs(str(v), Origin("<environment>", 0, False))
         sh.exported.add(k)
+    opts = sbatch_directives(p.read_text(encoding="utf-8", errors="replace")) if p.is_file() else {}
+    if opts:
+        sh.in_batch(opts, Origin(str(p), 0, False))
     origin = Origin("<arguments>", 0, False)
     try:
         sh.run_file(p, [segs(a, origin) for a in (args or [])])

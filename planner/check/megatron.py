@@ -132,8 +132,13 @@ def _world(d: Draft, p: Parsed, launch: Launch | None, path: Path) -> None:
     tp, pp, cp, ep = (p.int(f, 1) for f in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size",
                                              "--context-parallel-size", "--expert-model-parallel-size"))
     dp = ep // math.gcd(ep, cp)
-    why = "no launcher in the file" if launch is None else "the launcher's world is not a number (a template)"
+    why = "no launcher in the file" if launch is None else "the launcher's world is not a number (a template or an unset variable)"
     d.set("hardware.num_gpus", tp * pp * cp * dp, "default", f"the smallest world the degrees need ({why}; pass --gpus)")
+    def note(dd: Draft, cluster) -> None:  # unless --gpus gave it
+        if dd.values["hardware.num_gpus"][1].kind == "default":
+            dd.notes.append(f"the GPU count is not in the file ({why}): priced on {cluster.num_gpus}, the smallest world its "
+                            "degrees need; pass --gpus for the job's own")
+    d.post.append(note)
 
 
 def _vocab(d: Draft, p: Parsed) -> None:

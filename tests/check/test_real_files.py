@@ -64,6 +64,7 @@ def test_fsdp_template_without_a_world_needs_gpus():
 
     cj = read_job([str(MEG / "megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh")])
     assert cj.sources["hardware.num_gpus"][1].kind == "default"  # #SBATCH --nodes=your_own_num_nodes
+    assert any("GPU count is not in the file" in n for n in cj.notes)
     with pytest.raises(InputError, match="no pretrain"):
         read_job([str(MEG / "megatron_fsdp/sbatch_checkpoint_convert.sh")])
 

@@ -124,3 +124,15 @@ def test_finding_edits_of_launch_files_read_back(engine, tmp_path):
                     seen += 1
                     assert f.edit.verified, (f.id, f.edit.summary, f.edit.problem)
     assert seen >= 1
+
+
+def test_the_slurm_batch_file_reads_its_own_sbatch_lines(tmp_path):
+    """`planner check slurm_megatron.sbatch`: the file runs under sbatch, so its #SBATCH --nodes sets
+    SLURM_NNODES, which its torchrun line reads (the world of the plan, no --gpus needed)."""
+    from planner.emit import emit_files  # noqa: PLC0415
+
+    (doc, plans), = _docs("megatron-core", [("llama3.1-8b", 16, 4096, 64)])
+    write_files(emit_files(doc, "slurm", 1), tmp_path)
+    cj = read_job([str(tmp_path / "slurm_megatron.sbatch")])
+    assert cj.cluster.num_gpus == 16 and cj.sources["hardware.num_gpus"][1].kind == "file"
+    assert not any("GPU count is not in the file" in n for n in cj.notes)
