@@ -207,5 +207,9 @@ def test_example_runs_file_recovers_its_truth(capsys):
     code, out, err = run(capsys, "calibrate", str(runs), "--out", "/dev/null", "--force", "--json")
     assert code == 0, err
     c = json.loads(out)["constants"]
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     for k, v in {"TRAINING_KERNEL_EFFICIENCY": 0.7, "HBM_STREAM_EFFICIENCY": 0.6}.items():
-        assert abs(c[k]["value"] - v) <= 3 * c[k]["uncertainty"], (k, c[k])
+        assert abs(c[k]["value"] - v) <= c[k]["uncertainty"], (k, c[k])  # "Both true values are within 1 sigma"
+        # the README's example output is this fit (regenerate examples/my_runs.json with _runs_file when the model changes)
+        row = next(ln.split() for ln in readme.splitlines() if ln.startswith(k + " "))
+        assert (float(row[2]), float(row[3])) == (round(c[k]["value"], 4), round(c[k]["uncertainty"], 4)), (k, row, c[k])
