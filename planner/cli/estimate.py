@@ -40,6 +40,7 @@ def estimate_cmd(
     micro_batch_size: O.MbOpt = None, recompute: O.RecOpt = None, schedule: O.SchedOpt = None, sequence_parallel: O.SpOpt = None, zero: O.ZeroOpt = None,
     scenario: O.ScenarioOpt = None, id: O.IdOpt = None, profile: ProfileOpt = None, json: O.JsonOpt = False,
     memory_margin: O.MarginOpt = None, cuda_graph: O.GraphOpt = None, moe_dispatcher: O.DispatcherOpt = None,
+    layers_per_stage: O.LpsOpt = None, etp: O.EtpOpt = None,
 ) -> None:
     """Predict one parallel configuration: step time, tokens/s, MFU, memory per stage.
 
@@ -60,7 +61,8 @@ def estimate_cmd(
                            cp=cp, ep=ep, vpp=vpp, micro_batch_size=micro_batch_size, recompute=recompute,
                            sequence_parallel=sequence_parallel, zero=zero, schedule=schedule, cuda_graph=cuda_graph,
                            moe_dispatcher=moe_dispatcher, fp8_recipe=fp8_recipe, fp8_param_gather=fp8_param_gather,
-                           fp8_tp_gather=fp8_tp_gather, cross_entropy=cross_entropy)
+                           fp8_tp_gather=fp8_tp_gather, cross_entropy=cross_entropy, etp=etp,
+                           layers_per_stage=O.parse_layers(layers_per_stage))
     C = setup.constants if memory_margin is None else setup.constants.replace(MEMORY_MARGIN_FRACTION=O.check_margin(memory_margin))
     est = estimate(setup.model, setup.cluster, setup.job, parallel_from_setup(setup), setup.engine, C)
     best = Plan(1, est.parallel, est)
@@ -88,7 +90,8 @@ def estimate_cmd(
         cap = setup.cluster.gpu.memory_bytes * (1 - C.MEMORY_MARGIN_FRACTION)
         print(f"does not fit: stage {est.memory_peak_stage} needs {est.memory_peak_bytes / 2**30:.1f} GiB per GPU, "
               f"{cap / 2**30:.1f} GiB usable ({setup.cluster.gpu.memory_bytes / 2**30:.1f} GiB less the "
-              f"{100 * C.MEMORY_MARGIN_FRACTION:.0f}% margin); `planner plan` with the same fixed flags finds what fits",
+              f"{100 * C.MEMORY_MARGIN_FRACTION:.0f}% margin); `planner plan` with the same fixed flags searches the rest "
+              "(and names the nearest miss when nothing fits)",
               file=sys.stderr)
         raise typer.Exit(1)
 

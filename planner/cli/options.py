@@ -36,6 +36,8 @@ PpOpt = Annotated[Optional[int], typer.Option("--pp", help="Pipeline-parallel de
 DpOpt = Annotated[Optional[int], typer.Option("--dp", help="Data-parallel degree.")]
 CpOpt = Annotated[Optional[int], typer.Option("--cp", help="Context-parallel degree.")]
 EpOpt = Annotated[Optional[int], typer.Option("--ep", help="Expert-parallel degree (MoE).")]
+LpsOpt = Annotated[Optional[str], typer.Option("--layers-per-stage", help="Transformer layers of each pipeline stage, comma-separated (e.g. 19,21,21,19; default: the engine's split).")]
+EtpOpt = Annotated[Optional[int], typer.Option("--etp", help="Expert tensor-parallel degree (MoE; default: the engine's).")]
 VppOpt = Annotated[Optional[int], typer.Option("--vpp", help="Virtual pipeline stages per rank (interleaved 1F1B).")]
 MbOpt = Annotated[Optional[int], typer.Option("--micro-batch-size", "--mb", help="Micro-batch size in sequences.")]
 GraphOpt = Annotated[Optional[str], typer.Option("--cuda-graph", help="CUDA graphs: none | layer (Megatron-core --cuda-graph-impl local) | full_iteration (default none; not searched).")]
@@ -88,3 +90,18 @@ def check_margin(value: float | None) -> float | None:
     if not (0.0 <= value < 1.0):
         raise InputError("--memory-margin", value, "a fraction of GPU memory in [0, 1), e.g. 0.05")
     return float(value)
+
+
+def parse_layers(text: str | None) -> tuple[int, ...] | None:
+    """``--layers-per-stage 19,21,21,19`` as a tuple (None when not given)."""
+    from planner.errors import InputError  # noqa: PLC0415
+
+    if text is None:
+        return None
+    try:
+        out = tuple(int(x) for x in text.replace(" ", "").split(","))
+    except ValueError:
+        raise InputError("--layers-per-stage", text, "comma-separated whole numbers of layers, one per pipeline stage (e.g. 19,21,21,19)") from None
+    if any(x < 0 for x in out):
+        raise InputError("--layers-per-stage", text, "layer counts >= 0")
+    return out

@@ -411,3 +411,20 @@ def test_a_refusal_of_a_scenario_run_names_the_run(capsys):
     assert "job.fp8_recipe" in err and f"(run {rid} of modern)" in err
     code, _, err = run(capsys, "estimate", *SMALL, "--tp", "3")
     assert code == 2 and "(run " not in err
+
+
+def test_estimate_reprices_a_plan_with_its_split(capsys):
+    """A plan's uneven pipeline split and expert-TP degree are estimate flags, so `planner estimate`
+    with the plan's fields gives the plan's own step time (as planner.estimate does)."""
+    import planner  # noqa: PLC0415
+
+    m, c, j = planner.load_model("llama3.1-70b"), planner.make_cluster("h100-sxm5-80gb", 64), planner.Job(8192, 256)
+    par = planner.ParallelConfig(tp=8, pp=4, dp=2, micro_batch_size=1, recompute="full", layers_per_stage=(19, 21, 21, 19))
+    want = planner.estimate(m, c, j, par).step_time_s
+    code, out, err = run(capsys, "estimate", "--model", "llama3.1-70b", "--gpus", "64", "-s", "8192", "-b", "256", "--tp", "8",
+                         "--pp", "4", "--mb", "1", "--recompute", "full", "--layers-per-stage", "19,21,21,19", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["parallel"]["layers_per_stage"] == [19, 21, 21, 19] and d["predicted"]["step_time_s"] == want
+    code, out, err = run(capsys, "estimate", *SMALL, "--pp", "2", "--layers-per-stage", "16,x")
+    assert code == 2 and "--layers-per-stage" in err
