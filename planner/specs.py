@@ -219,16 +219,17 @@ class GpuSpec:
         _positive_float(f"gpu[{self.id}].memory_bytes", self.memory_bytes)
         _positive_float(f"gpu[{self.id}].hbm_bandwidth_bytes_per_s", self.hbm_bandwidth_bytes_per_s)
         _choice(f"gpu[{self.id}].intra_node", self.intra_node, INTRA_KINDS)
-        for p in ("fp16", "bf16"):
-            if p not in self.peak_flops:
-                raise InputError(f"gpu[{self.id}].peak_flops", sorted(self.peak_flops), f"a {p} peak")
+        if not {"fp16", "bf16"} & set(self.peak_flops):  # Volta has fp16 only; every later GPU both
+            raise InputError(f"gpu[{self.id}].peak_flops", sorted(self.peak_flops), "a 16-bit (fp16 or bf16) peak")
 
     def peak(self, precision: str) -> float:
-        """Dense peak FLOP/s for the matmul precision (fp8 falls back to the 16-bit peak)."""
-        return self.peak_flops.get(precision) or self.peak_flops["bf16"]
+        """Dense peak FLOP/s for the matmul precision; one the GPU has none for falls back to its
+        16-bit peak (bf16, or fp16 on a GPU without bf16), the reference of MFU. Which precisions a
+        job may use is the keys of ``peak_flops`` (planner.cost.rules)."""
+        return self.peak_flops.get(precision) or self.peak_flops.get("bf16") or self.peak_flops["fp16"]
 
     def ceiling(self, precision: str) -> float:
-        return self.matmul_ceiling.get(precision) or self.matmul_ceiling.get("bf16", 0.8)
+        return self.matmul_ceiling.get(precision) or self.matmul_ceiling.get("bf16") or self.matmul_ceiling.get("fp16", 0.8)
 
 
 @dataclass(frozen=True)

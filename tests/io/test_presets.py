@@ -129,7 +129,12 @@ def test_gpu_specific_figures():
     assert h96.hbm_bandwidth_bytes_per_s == pytest.approx(2.4e12) and h96.tdp_w == 500
     assert h96.ceiling("bf16") < load_gpu("h100-sxm5-80gb").ceiling("bf16")  # the 500 W cap
     v100 = load_gpu("v100-sxm2-32gb")
-    assert v100.peak_flops["bf16"] == v100.peak_flops["fp16"] and "fp8" not in v100.peak_flops
+    assert set(v100.peak_flops) == {"fp16"}  # Volta has no BF16, TF32 or FP8 tensor cores
+    import planner  # noqa: PLC0415
+
+    with pytest.raises(planner.InputError, match="job.precision"):
+        planner.estimate(planner.load_model("gpt3-1.3b"), planner.make_cluster("v100-sxm2-32gb", 8), planner.Job(2048, 64),
+                         planner.ParallelConfig())
     assert load_gpu("h200-sxm-141gb").hbm_bandwidth_bytes_per_s == pytest.approx(4.8e12)
     assert load_gpu("mi300x").intra_node == "xgmi"
 
