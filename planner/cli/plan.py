@@ -136,6 +136,9 @@ def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, net
     con.print(search_line(result))
     for note in (result.notes if result.engine == "auto" else []):
         con.print(wrap(note), style="dim")
+    src = setup.model.source
+    if src.startswith("Hugging Face config.json") and "; " in src:  # what the import assumed (planner models show FILE)
+        con.print(wrap("model import notes: " + src.split("; ", 1)[1]), style="dim")
     for line in gp_text:
         con.print(wrap(line), highlight=False, soft_wrap=True)
     if explain:

@@ -16,6 +16,7 @@ Every bad value raises :class:`planner.errors.InputError` naming the JSON field 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from planner.errors import InputError
@@ -74,6 +75,13 @@ _EXPERTS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_exp
 _TYPICAL = {"num_hidden_layers", "n_layer", "hidden_size", "n_embd", "num_attention_heads",
             "n_head", "intermediate_size", "vocab_size", "text_config"}
 
+
+# model types (and architecture names) that are not decoder-only attention transformers: the
+# planner's layer is attention + MLP (Mamba / Mamba-2 SSM blocks, RWKV and xLSTM recurrences,
+# Jamba / Zamba / Falcon-H1 hybrids, T5 / BART encoder-decoders are not).
+_NOT_DECODER_TRANSFORMER = {"mamba", "mamba2", "falcon_mamba", "rwkv", "rwkv5", "rwkv6", "xlstm", "jamba", "zamba", "zamba2",
+                            "falcon_h1", "recurrent_gemma", "t5", "mt5", "umt5", "bart", "mbart", "pegasus", "whisper", "bamba"}
+_NOT_DECODER_ARCH = r"Mamba|RWKV|xLSTM|Jamba|Zamba|RecurrentGemma"
 
 def looks_like_hf_config(data: object) -> bool:
     """True for a mapping shaped like a transformers ``config.json`` (not a planner model file)."""
@@ -237,6 +245,10 @@ def model_from_hf_config(data: dict, name: str = "hf-model") -> ModelSpec:
     family = d.get("model_type") or ""
     if not isinstance(family, str):
         raise InputError(r.field("model_type"), family, "a string")
+    arch_names = [a for a in (data.get("architectures") or []) if isinstance(a, str)] if isinstance(data.get("architectures"), list) else []
+    if family in _NOT_DECODER_TRANSFORMER or any(re.search(_NOT_DECODER_ARCH, a, re.I) for a in arch_names) or d.get("is_encoder_decoder"):
+        raise InputError(r.field("model_type"), family or ",".join(arch_names), "a decoder-only transformer (attention + MLP layers; "
+                         "state-space, recurrent, hybrid and encoder-decoder models are not modelled)")
     gpt2_style = family == "gpt2" or "n_embd" in d
 
     def names(keys: tuple[str, ...]) -> tuple[str, ...]:
@@ -252,9 +264,11 @@ def model_from_hf_config(data: dict, name: str = "hf-model") -> ModelSpec:
     if mla:
         # DeepseekV3Attention: q/k head = qk_nope_head_dim + qk_rope_head_dim; v head = v_head_dim.
         # Every head has its own (latent-decompressed) K and V, so kv_heads = heads.
+        # ModelSpec keeps the two apart (head_dim = the no-rope part, qk_rope_head_dim the rotary
+        # part, as the presets and torchtitan's flavors: planner.cost.flops adds them).
         nope, rope = r.int_("qk_nope_head_dim"), r.int_("qk_rope_head_dim")
-        head_dim: int | None = nope + rope
-        notes.append(f"MLA: head_dim = qk_nope_head_dim + qk_rope_head_dim = {nope} + {rope}")
+        head_dim: int | None = nope
+        notes.append(f"MLA: q/k heads of qk_nope_head_dim + qk_rope_head_dim = {nope} + {rope}, v heads of v_head_dim")
     elif d.get("head_dim") is not None or d.get("kv_channels") is not None:
         # Explicit head size (Gemma, Qwen3, Mistral-Nemo, Minitron-8B; Megatron calls it kv_channels)
         head_dim = r.int_(("head_dim", "kv_channels"))
@@ -294,6 +308,10 @@ def model_from_hf_config(data: dict, name: str = "hf-model") -> ModelSpec:
     else:
         bias = r.bool_("attention_bias", False) or r.bool_("mlp_bias", False) or mlp == "gelu"
     tied = r.bool_("tie_word_embeddings", family not in _UNTIED_DEFAULT)
+    window = d.get("sliding_window")
+    if isinstance(window, int) and window > 0 and d.get("use_sliding_window", True) is not False:
+        notes.append(f"sliding_window {window}: attention priced over the whole sequence (layers with a window attend at most "
+                     f"{window} keys: an over-estimate of their attention for sequences longer than that)")
     if d.get("num_nextn_predict_layers"):
         # the checkpoint's MTP weights; whether a run trains them is the job's choice (megatron-core
         # --mtp-num-layers), so the import leaves model.mtp_layers at 0

@@ -48,7 +48,7 @@ EXPECTED = {
     "qwen2.5-7b": (28, 3584, 28, 4, 18944, 152064, "swiglu", False, 128, "rmsnorm", False),
     "qwen2-57b-a14b": (28, 3584, 28, 4, 18944, 151936, "swiglu", False, 128, "rmsnorm", False),
     "qwen3-30b-a3b": (48, 2048, 32, 4, 6144, 151936, "swiglu", False, 128, "rmsnorm", False),
-    "deepseek-v3": (61, 7168, 128, 128, 18432, 129280, "swiglu", False, 192, "rmsnorm", False),
+    "deepseek-v3": (61, 7168, 128, 128, 18432, 129280, "swiglu", False, 128, "rmsnorm", False),
     "gpt2-xl": (48, 1600, 25, 25, 6400, 50257, "gelu", True, 64, "layernorm", True),
     "gpt-neox-20b": (44, 6144, 64, 64, 24576, 50432, "gelu", False, 96, "layernorm", True),
     "falcon-40b": (60, 8192, 128, 8, 32768, 65024, "gelu", True, 64, "layernorm", False),
@@ -92,8 +92,16 @@ def test_deepseek_v3_multi_head_latent_attention() -> None:
     m = model_from_hf_config(_load("deepseek-v3"))
     assert m.is_mla
     assert (m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim, m.v_head_dim) == (1536, 512, 64, 128)
-    assert m.head_dim == 128 + 64
+    assert m.head_dim == 128  # the no-rope part; the rotary 64 is qk_rope_head_dim (flops.py adds them)
     assert m.moe_layers == 58
+    # the same model as the preset: the same parameters (671.0 B), the same prediction
+    from planner import Job, ParallelConfig, estimate, load_model, make_cluster, param_count  # noqa: PLC0415
+
+    p = load_model("deepseek-v3")
+    assert param_count(m) == param_count(p)
+    mtp = m if m.mtp_layers == p.mtp_layers else __import__("dataclasses").replace(m, mtp_layers=p.mtp_layers)
+    c, j, par = make_cluster("h100-sxm5-80gb", 256), Job(4096, 512), ParallelConfig(pp=16, ep=8, dp=16, recompute="full")
+    assert estimate(mtp, c, j, par).step_time_s == pytest.approx(estimate(p, c, j, par).step_time_s, rel=1e-9)
     assert "multi-token-prediction" in m.source
 
 
@@ -219,3 +227,21 @@ def test_json_list_at_top_level_via_loader(tmp_path: Path) -> None:
     with pytest.raises(InputError) as exc:
         load_model(str(p))
     assert "mapping" in str(exc.value) or "object" in str(exc.value)
+
+
+def test_models_that_are_not_decoder_transformers_are_refused() -> None:
+    """A Mamba, RWKV or encoder-decoder config is refused with the field named, not priced as a
+    transformer from whatever keys it shares with one."""
+    base = {"hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 16, "intermediate_size": 8192, "vocab_size": 50280}
+    for extra in ({"model_type": "mamba", "architectures": ["MambaForCausalLM"]}, {"model_type": "x", "architectures": ["RwkvForCausalLM"]},
+                  {"model_type": "t5"}, {"model_type": "custom", "is_encoder_decoder": True}):
+        with pytest.raises(InputError, match="decoder-only transformer"):
+            model_from_hf_config({**base, **extra})
+
+
+def test_sliding_window_is_noted() -> None:
+    base = {"model_type": "mistral", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+            "intermediate_size": 14336, "vocab_size": 32000}
+    assert "sliding_window 4096" in model_from_hf_config({**base, "sliding_window": 4096}).source
+    assert "sliding_window" not in model_from_hf_config({**base, "sliding_window": 4096, "use_sliding_window": False}).source
+    assert "sliding_window" not in model_from_hf_config({**base, "sliding_window": None}).source
