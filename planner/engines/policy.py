@@ -365,5 +365,7 @@ def check_engine(model: ModelSpec, job: Job, par: ParallelConfig, engine: Engine
         m = par.num_microbatches(job.global_batch_size)
         if par.schedule == "interleaved" and m % par.pp:
             raise InputError("parallel.vpp", par.vpp, f"interleaving needs the micro-batch count ({m}) divisible by pp ({par.pp})")
+    if par.pp > 1 and par.schedule == "interleaved" and par.vpp == 1:  # Megatron interleaves only with virtual stages
+        raise InputError("parallel.vpp", 1, "2 or more with the interleaved schedule (virtual stages per rank: --vpp)")
     if par.schedule in ("zb-v", "dualpipe") and par.vpp != 2:
         raise InputError("parallel.vpp", par.vpp, f"2 with the {par.schedule} schedule (two chunks per rank in a V)")

@@ -36,3 +36,13 @@ def test_emit_for_an_engine_plans_on_that_engine(tmp_path):
 def test_one_schedule_the_engine_does_not_run_is_refused_too():
     code, _, err = _run(["plan", "--schedule", "zb-h1"])
     assert code == 2 and "megatron-core runs (1f1b, interleaved)" in err and "zb-h1 runs on megatron-zb" in err
+
+
+def test_interleaved_needs_virtual_stages():
+    """--schedule interleaved with one chunk per rank is 1F1B under another name: refused (as zb-v
+    and dualpipe without their two chunks), not priced as 1F1B silently."""
+    code, _, err = _run(["estimate", "--model", "llama3.1-8b", "--gpus", "8", "-b", "64", "-s", "4096", "--pp", "2", "--schedule", "interleaved"])
+    assert code == 2 and "parallel.vpp" in err and "interleaved" in err
+    code, _, err = _run(["estimate", "--model", "llama3.1-8b", "--gpus", "8", "-b", "64", "-s", "4096", "--pp", "2", "--schedule", "interleaved",
+                         "--vpp", "2"])
+    assert code == 0, err
