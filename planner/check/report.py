@@ -76,8 +76,9 @@ def render_text(r: CheckReport, verbose: bool = False) -> str:
     for first, last, total, st in rows:
         name = f"stage {first}" if first == last else f"stages {first}-{last}"
         L.append(f"    {name:<14} {total / GIB:6.1f} GiB  (weights {st.weights_bytes / GIB:.1f}, grads {st.gradients_bytes / GIB:.1f}, "
-                 f"optim {st.optimizer_bytes / GIB:.1f}, acts {st.activations_bytes / GIB:.1f}, other "
-                 f"{(st.logits_bytes + st.buffers_bytes + st.reserve_bytes) / GIB:.1f})" + ("  OOM" if total > cap else ""))
+                 f"optim {st.optimizer_bytes / GIB:.1f}, acts {st.activations_bytes / GIB:.1f}"
+                 + (f", logits {st.logits_bytes / GIB:.1f}" if st.logits_bytes else "")
+                 + f", other {(total - st.weights_bytes - st.gradients_bytes - st.optimizer_bytes - st.activations_bytes - st.logits_bytes) / GIB:.1f})" + ("  OOM" if total > cap else ""))
     b = e.time_breakdown_s
     L.append(f"  bubble {_fmt_s(b.get('bubble_s', 0.0))} ({100 * b.get('bubble_s', 0.0) / e.step_time_s:.1f}%)")
     for x in e.comm:
