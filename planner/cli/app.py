@@ -134,6 +134,12 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         typer.echo(f"error: {where(str(exc))}", err=True)
+        if "--json" in args:  # as for exit 1: scripts reading stdout get a document, not an empty file
+            import json as _json  # noqa: PLC0415
+
+            typer.echo(_json.dumps({"schema": "planner-error/1", "exit_code": 2, "error": where(str(exc)), "field": exc.field,
+                                    "value": exc.value if isinstance(exc.value, (str, int, float, bool, type(None))) else str(exc.value),
+                                    "expected": exc.expected}))
         return 2
     except NoFeasiblePlan as exc:
         if debug:

@@ -314,6 +314,12 @@ def test_nothing_fits_with_json_writes_an_error_document():
     assert code == 1
     doc = _json.loads(out.getvalue())
     assert doc["schema"] == "planner-error/1" and doc["exit_code"] == 1 and "GiB per GPU" in doc["error"]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["plan", "--tp", "3", "--json"])  # bad input: exit 2, the same kind of document
+    doc = _json.loads(out.getvalue())
+    assert code == 2 and doc["schema"] == "planner-error/1" and doc["exit_code"] == 2 and doc["field"] and doc["expected"]
+    assert err.getvalue().startswith("error: ")
 
 
 def test_hf_config_takes_its_name_from_the_file_or_folder(tmp_path):
