@@ -147,9 +147,12 @@ def _model(d: Draft, o: Overrides) -> tuple[ModelSpec, str]:
         fields["name"] = base.name
     missing = [f for f in ("layers", "hidden", "heads", "vocab") if fields.get(f) is None]
     if missing:
-        flag = {"layers": "--num-layers", "hidden": "--hidden-size", "heads": "--num-attention-heads", "vocab": "--vocab-size"}
-        raise InputError(f"{d.files[0]}: model.{missing[0]}", None,
-                         f"the model shape ({', '.join(flag.get(m, m) for m in missing)}; or name a model with --model)")
+        if d.fmt.startswith("megatron"):  # the shape is the script's own flags
+            flag = {"layers": "--num-layers", "hidden": "--hidden-size", "heads": "--num-attention-heads", "vocab": "--vocab-size"}
+            what = f"the model shape ({', '.join(flag.get(m, m) for m in missing)}; or name a model with --model)"
+        else:  # a DeepSpeed JSON (or another file) holds no model: --model names one
+            what = "a model: this file holds no model shape; name one with --model (a preset id, a model YAML or a Hugging Face config.json)"
+        raise InputError(f"{d.files[0]}: model.{missing[0]}", None, what)
     if fields.get("ffn_hidden") is None:
         fields["ffn_hidden"] = 4 * fields["hidden"]
     if fields.get("kv_heads") is None:
