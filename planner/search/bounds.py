@@ -48,9 +48,22 @@ def states_bound_fn(model: ModelSpec, precision: str, C: Constants, min_first: i
             bpp_cache[(zero, shard)] = st["weights"] + st["gradients"] + st["optimizer"]
         return bpp_cache[(zero, shard)]
 
+    def gathered(pp: int, zero: int) -> float:
+        """Bytes per parameter FSDP2 keeps unsharded all step: every block from its forward to its
+        backward under pipelining or without reshard_after_forward (ZeRO 2), as
+        planner.cost.memory_peak prices it (16-bit; FP8 all-gathers move 1 byte: the least)."""
+        if engine is None or engine.memory.states != "fsdp2" or zero < 2:
+            return 0.0
+        try:
+            mode = engine.mode(zero, pp)
+        except InputError:
+            return 0.0
+        return (1.0 if precision == "fp8" else 2.0) if (pp > 1 or not mode.reshard_after_forward) else 0.0
+
     def bound(tp: int, pp: int, dp: int, cp: int, ep: int, zero: int) -> float:
         shard = dp * cp
-        b, be = bpp(zero, shard), bpp(zero, max(1, shard // ep))
+        g = gathered(pp, zero)
+        b, be = bpp(zero, shard) + g, bpp(zero, max(1, shard // ep)) + g
         per = min(((k["attention"] + k["mlp"]) / tp + k["norms"]) * b + k["experts"] / (tp * ep) * be for k in kinds)
         emb = emb_full / tp
         if parts:
@@ -121,10 +134,11 @@ def memory_bound_fn(model: ModelSpec, job: Job, C: Constants, engine, capacity_b
         m = job.global_batch_size // (mb * dp)
         room0 = capacity_bytes - C.FRAMEWORK_BUFFER_BYTES
         k0 = in_flight_lower_bound(schedule if pp > 1 else "1f1b", 0, pp, m)
+        held = logits * mb * s / cp * model.vocab / tp  # one micro-batch's held logits, on the last rank
+        if pp == 1:  # one stage, first and last: every layer, the embedding and the held logits at the loss
+            return L * (per + grow * k0 * a) + grow * k0 * held <= room0 - emb
         if L * (per + grow * k0 * a) <= room0 - emb + grow * k0 * v * x:
             return True  # the fullest stage could hold every layer: any split's stages can
-        if pp == 1:
-            return False
         kk = (schedule, pp, m)
         ks = in_flight.get(kk)
         if ks is None:
@@ -132,7 +146,7 @@ def memory_bound_fn(model: ModelSpec, job: Job, C: Constants, engine, capacity_b
         room = room0 + grow * ks * v * x
         room[0] -= emb
         if schedule not in ("zb-v", "dualpipe"):
-            room[-1] -= grow * ks[-1] * logits * mb * s / cp * model.vocab / tp  # the loss's held logits, last rank
+            room[-1] -= grow * ks[-1] * held  # the loss's held logits, last rank
         if room.min() < 0:
             return False
         n_max = np.minimum(L, unit * np.floor(room / (per + grow * ks * a) / unit * (1 + 1e-12)))
