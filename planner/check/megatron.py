@@ -1,9 +1,9 @@
 """Megatron-LM: a launch script (or a flags file) -> model, job, parallel configuration.
 
 Every flag of ``pretrain_gpt.py`` is classified (``data/megatron_flags.yaml``); the cost flags
-are mapped here with Megatron-LM's own defaults and rules (``ARGS`` = the snapshot's
-megatron/training/arguments.py, ``TC`` = transformer_config.py, ``MPC`` = model_parallel_config.py;
-docs/research/megatron.md has the line numbers). Settings Megatron leaves off when absent (the
+are mapped here with Megatron-LM's own defaults and rules (file:line of the snapshot's
+megatron/training/arguments.py, transformer_config.py, model_parallel_config.py;
+docs/research/megatron.md has them). Settings Megatron leaves off when absent (the
 overlaps, the distributed optimizer) are set off explicitly, not left to the planner's
 engine defaults. Flags of the 2021 engine (``--DDP-impl``, ``--activations-checkpoint-method``)
 make the job a ``megatron-legacy`` one.
@@ -190,31 +190,31 @@ def _model(d: Draft, p: Parsed) -> None:
         d.set("model.ffn_hidden", p.int("--ffn-hidden-size"), "file", _src(p, "--ffn-hidden-size"))
     elif h:
         ffn = int((4 * h * 2 / 3) / 64) * 64 if p.has("--swiglu") else 4 * h
-        d.set("model.ffn_hidden", ffn, "default", "Megatron default: 4h, or int(8h/3/64)*64 with --swiglu (ARGS:1320-1329)")
+        d.set("model.ffn_hidden", ffn, "default", "Megatron default: 4h, or int(8h/3/64)*64 with --swiglu (arguments.py:1320-1329)")
     mla = p.has("--multi-latent-attention")
     if mla:
         d.set("model.kv_heads", a, "file", _src(p, "--multi-latent-attention"))
     elif p.has("--group-query-attention"):
-        _set(d, "model.kv_heads", p.int("--num-query-groups", 1), p, "--num-query-groups", "Megatron default: 1 query group (TC:175)")
+        _set(d, "model.kv_heads", p.int("--num-query-groups", 1), p, "--num-query-groups", "Megatron default: 1 query group (transformer_config.py:175)")
     elif a:
         d.set("model.kv_heads", a, "default", "Megatron default: multi-head attention (no --group-query-attention)")
     if mla:
-        _set(d, "model.head_dim", p.int("--qk-head-dim", 128), p, "--qk-head-dim", "Megatron default --qk-head-dim 128 (ARGS:3552)")
-        _set(d, "model.q_lora_rank", p.int("--q-lora-rank", 0) or 0, p, "--q-lora-rank", "Megatron default: no query compression (ARGS:3548)")
-        _set(d, "model.kv_lora_rank", p.int("--kv-lora-rank", 32), p, "--kv-lora-rank", "Megatron CLI default 32 (ARGS:3550)")
-        _set(d, "model.qk_rope_head_dim", p.int("--qk-pos-emb-head-dim", 64), p, "--qk-pos-emb-head-dim", "Megatron default 64 (ARGS:3554)")
-        _set(d, "model.v_head_dim", p.int("--v-head-dim", 128), p, "--v-head-dim", "Megatron default 128 (ARGS:3556)")
+        _set(d, "model.head_dim", p.int("--qk-head-dim", 128), p, "--qk-head-dim", "Megatron default --qk-head-dim 128 (arguments.py:3552)")
+        _set(d, "model.q_lora_rank", p.int("--q-lora-rank", 0) or 0, p, "--q-lora-rank", "Megatron default: no query compression (arguments.py:3548)")
+        _set(d, "model.kv_lora_rank", p.int("--kv-lora-rank", 32), p, "--kv-lora-rank", "Megatron CLI default 32 (arguments.py:3550)")
+        _set(d, "model.qk_rope_head_dim", p.int("--qk-pos-emb-head-dim", 64), p, "--qk-pos-emb-head-dim", "Megatron default 64 (arguments.py:3554)")
+        _set(d, "model.v_head_dim", p.int("--v-head-dim", 128), p, "--v-head-dim", "Megatron default 128 (arguments.py:3556)")
     elif p.has("--kv-channels"):
         d.set("model.head_dim", p.int("--kv-channels"), "file", _src(p, "--kv-channels"))
     elif h and a:
         if h % a:
             raise InputError(f"{p.where}: --hidden-size / --num-attention-heads", f"{h} / {a}", "a whole head dimension or --kv-channels")
-        d.set("model.head_dim", h // a, "default", "Megatron default: hidden / heads (ARGS:1331)")
+        d.set("model.head_dim", h // a, "default", "Megatron default: hidden / heads (arguments.py:1331)")
     mlp = "swiglu" if glu else ("relu2" if p.has("--squared-relu") else "gelu")
     _set(d, "model.mlp", mlp, p, "--swiglu" if p.has("--swiglu") else ("--quick-geglu" if glu else "--squared-relu"),
          "Megatron default: GeLU MLP")
     norm = "rmsnorm" if p.one("--normalization") == "RMSNorm" else "layernorm"
-    _set(d, "model.norm", norm, p, "--normalization", "Megatron default: LayerNorm (TC:256)")
+    _set(d, "model.norm", norm, p, "--normalization", "Megatron default: LayerNorm (transformer_config.py:256)")
     _set(d, "model.bias", not p.has("--disable-bias-linear"), p, "--disable-bias-linear", "Megatron default: linear biases")
     _set(d, "model.tied_embeddings", not p.has("--untie-embeddings-and-output-weights"), p, "--untie-embeddings-and-output-weights",
          "Megatron default: tied input and output embeddings")
@@ -226,12 +226,12 @@ def _model(d: Draft, p: Parsed) -> None:
     kind = "learned" if pos == "learned_absolute" else "rope"
     if pos in ("none", "relative"):
         d.notes.append(f"--position-embedding-type {pos}: priced as rope (no position table)")
-    _set(d, "model.position_embedding", kind, p, "--position-embedding-type", "Megatron default: learned_absolute (ARGS:2397)")
+    _set(d, "model.position_embedding", kind, p, "--position-embedding-type", "Megatron default: learned_absolute (arguments.py:2397)")
     mpe, seq = p.int("--max-position-embeddings"), p.int("--seq-length")
     if kind == "learned" and mpe and seq and mpe != seq:
         d.notes.append(f"--max-position-embeddings {mpe}: the learned position table is priced with {seq} rows (--seq-length)")
     if kind == "rope":
-        _set(d, "model.rope_theta", float(p.int("--rotary-base", 10000)), p, "--rotary-base", "Megatron default rotary base 10000 (ARGS:2418)")
+        _set(d, "model.rope_theta", float(p.int("--rotary-base", 10000)), p, "--rotary-base", "Megatron default rotary base 10000 (arguments.py:2418)")
     _set(d, "model.mtp_layers", p.int("--mtp-num-layers", 0) or 0, p, "--mtp-num-layers", "Megatron default: no multi-token prediction")
     _vocab(d, p)
     _moe(d, p)
@@ -255,7 +255,7 @@ def _dropout(d: Draft, p: Parsed) -> None:
 
 def layer_freq(expr: str, layers: int, where: str) -> list[int]:
     """``--moe-layer-freq``: an int k (every k-th layer is MoE) or a list expression such as
-    ``([0]*3+[1]*58)`` (ARGS:245-253, 327-350: characters ``,``, digits, ``[]()+*`` only)."""
+    ``([0]*3+[1]*58)`` (arguments.py:245-253, 327-350: characters ``,``, digits, ``[]()+*`` only)."""
     s = expr.strip()
     if s.isdigit():
         k = int(s)
@@ -329,11 +329,11 @@ def _moe(d: Draft, p: Parsed) -> None:
 
 
 def _cuda_graph(d: Draft, p: Parsed) -> None:
-    """CUDA graphs (TransformerConfig.cuda_graph_impl, TC:1075): local or transformer_engine with
+    """CUDA graphs (TransformerConfig.cuda_graph_impl, transformer_config.py:1075): local or transformer_engine with
     no --cuda-graph-modules capture whole layers (the planner's ``layer``); full_iteration, or
     full_iteration in the modules (or in their deprecated alias --cuda-graph-scope, which
     Megatron migrates: cuda_graph_config.py), the whole step; the deprecated --enable-cuda-graph /
-    --external-cuda-graph are local / transformer_engine (ARGS:611-629). A module subset (attn,
+    --external-cuda-graph are local / transformer_engine (arguments.py:611-629). A module subset (attn,
     moe_router, ...) is not a planner setting: priced as eager launches."""
     impl = p.one("--cuda-graph-impl") if p.has("--cuda-graph-impl") else None
     flag = "--cuda-graph-impl"
@@ -428,7 +428,7 @@ def parse_layout(layout: str, layers: int, pp: int, where: str, mtp: int = 0) ->
     if bad:
         raise InputError(where, layout, f"layer characters E, t, L, m and '|' (got {''.join(sorted(bad))!r})")
     if len(stages) % pp:
-        raise InputError(where, layout, f"a number of stages ({len(stages)}) divisible by pp ({pp}) (ARGS:945)")
+        raise InputError(where, layout, f"a number of stages ({len(stages)}) divisible by pp ({pp}) (arguments.py:945)")
     if s.count("t") != layers:
         raise InputError(where, layout, f"{layers} 't' layers (one per --num-layers); it has {s.count('t')}")
     if s.count("E") != 1 or s.count("L") != 1 or not stages[0].startswith("E") or not stages[-1].endswith("L"):
@@ -447,25 +447,25 @@ def _split(d: Draft, p: Parsed, layers: int, pp: int) -> tuple[int, tuple[int, .
     given = [f for f in ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
                          "--pipeline-model-parallel-layout") if p.has(f)]
     if len(given) > 1:
-        raise InputError(f"{_src(p, given[1])}", " and ".join(given), "at most one of the three (ARGS:928-939)")
+        raise InputError(f"{_src(p, given[1])}", " and ".join(given), "at most one of the three (arguments.py:928-939)")
     emb, loss = p.has("--account-for-embedding-in-pipeline-split"), p.has("--account-for-loss-in-pipeline-split")
     first, last = p.int("--decoder-first-pipeline-num-layers"), p.int("--decoder-last-pipeline-num-layers")
     if given == ["--pipeline-model-parallel-layout"]:
         if first or last or emb or loss:
-            raise InputError(_src(p, "--pipeline-model-parallel-layout"), "with first/last or account flags", "the layout alone (TC:2242-2259)")
+            raise InputError(_src(p, "--pipeline-model-parallel-layout"), "with first/last or account flags", "the layout alone (transformer_config.py:2242-2259)")
         vpp, lps = parse_layout(p.one(given[0]), layers, pp, _src(p, given[0]), p.int("--mtp-num-layers", 0) or 0)
         return vpp, lps, given[0], _src(p, given[0])
     if (first or last) and (emb or loss):
         raise InputError(_src(p, "--decoder-first-pipeline-num-layers" if first else "--decoder-last-pipeline-num-layers"),
-                         "with --account-for-*-in-pipeline-split", "one of the two ways (TC:2229-2239)")
+                         "with --account-for-*-in-pipeline-split", "one of the two ways (transformer_config.py:2229-2239)")
     Lp = layers + int(emb) + int(loss)
     vpp = 1
     if given == ["--num-layers-per-virtual-pipeline-stage"]:
         n = p.int(given[0])
         if first or last:
-            raise InputError(_src(p, given[0]), n, "--num-virtual-stages-per-pipeline-rank with uneven first/last stages (ARGS:954)")
+            raise InputError(_src(p, given[0]), n, "--num-virtual-stages-per-pipeline-rank with uneven first/last stages (arguments.py:954)")
         if Lp % pp or (Lp // pp) % n:
-            raise InputError(_src(p, given[0]), n, f"a divisor of the layers per stage ({Lp} / pp {pp}) (ARGS:957-975)")
+            raise InputError(_src(p, given[0]), n, f"a divisor of the layers per stage ({Lp} / pp {pp}) (arguments.py:957-975)")
         vpp = (Lp // pp) // n
     elif given == ["--num-virtual-stages-per-pipeline-rank"]:
         vpp = p.int(given[0])
@@ -481,23 +481,23 @@ def _split(d: Draft, p: Parsed, layers: int, pp: int) -> tuple[int, tuple[int, .
             raise InputError(_src(p, "--decoder-first-pipeline-num-layers"), f"{first}+{last}", f"the model's {layers} layers on pp {pp}")
         if mids and (rest <= 0 or rest % mids):
             raise InputError(_src(p, "--decoder-first-pipeline-num-layers" if first else "--decoder-last-pipeline-num-layers"),
-                             f"first {first}, last {last}", f"a remainder ({rest}) the middle stages ({mids}) share evenly (TC:2294-2368)")
+                             f"first {first}, last {last}", f"a remainder ({rest}) the middle stages ({mids}) share evenly (transformer_config.py:2294-2368)")
         mid = rest // mids if mids else 0
         lps = tuple([f if f is not None else mid] + [mid] * (pp - 2) + [l_ if l_ is not None else mid])
         for r, n in enumerate(lps):
             if vpp > 1 and n % vpp:
-                raise InputError(_src(p, "--num-virtual-stages-per-pipeline-rank"), vpp, f"a divisor of every stage's layers {list(lps)} (TC:2331)")
+                raise InputError(_src(p, "--num-virtual-stages-per-pipeline-rank"), vpp, f"a divisor of every stage's layers {list(lps)} (transformer_config.py:2331)")
         return vpp, lps, "--decoder-first-pipeline-num-layers" if first else "--decoder-last-pipeline-num-layers", where
     if emb or loss:
         if Lp % pp or (vpp > 1 and (Lp // pp) % vpp):
             raise InputError(_src(p, "--account-for-embedding-in-pipeline-split" if emb else "--account-for-loss-in-pipeline-split"),
-                             f"{layers} layers + {int(emb) + int(loss)}", f"a multiple of pp{' x vpp' if vpp > 1 else ''} ({pp * (vpp if vpp > 1 else 1)}) (TC:2370-2415)")
+                             f"{layers} layers + {int(emb) + int(loss)}", f"a multiple of pp{' x vpp' if vpp > 1 else ''} ({pp * (vpp if vpp > 1 else 1)}) (transformer_config.py:2370-2415)")
         per = Lp // pp
         lps = tuple(per - (int(emb) if r == 0 else 0) - (int(loss) if r == pp - 1 else 0) for r in range(pp)) if pp > 1 else (layers,)
         return vpp, lps, "--account-for-embedding-in-pipeline-split" if emb else "--account-for-loss-in-pipeline-split", where
     if layers % pp:
         raise InputError(f"{p.where}: --num-layers / --pipeline-model-parallel-size", f"{layers} / {pp}",
-                         "a whole number of layers per stage, or --decoder-first/last-pipeline-num-layers (ARGS:985-998)")
+                         "a whole number of layers per stage, or --decoder-first/last-pipeline-num-layers (arguments.py:985-998)")
     if vpp > 1 and (layers // pp) % vpp:
         raise InputError(where, vpp, f"a divisor of the layers per stage ({layers // pp}) (transformer_block.py:175)")
     return vpp, None, "", where
@@ -514,7 +514,7 @@ def _recompute(d: Draft, p: Parsed, t_layers: int) -> None:
         gran = gran or "selective"
     if gran == "selective":
         if p.has("--recompute-method"):
-            raise InputError(_src(p, "--recompute-method"), p.one("--recompute-method"), "no method with selective recompute (ARGS:1425)")
+            raise InputError(_src(p, "--recompute-method"), p.one("--recompute-method"), "no method with selective recompute (arguments.py:1425)")
         mods = p.many("--recompute-modules") or ["core_attn"]
         if p.has("--moe-layer-recompute"):
             mods = mods + ["moe"]
@@ -529,7 +529,7 @@ def _recompute(d: Draft, p: Parsed, t_layers: int) -> None:
         method = p.one("--recompute-method")
         n = p.int("--recompute-num-layers")
         if method is None or n is None:
-            raise InputError(_src(p, "--recompute-granularity"), "full", "--recompute-method and --recompute-num-layers beside it (TC:1913-1925)")
+            raise InputError(_src(p, "--recompute-granularity"), "full", "--recompute-method and --recompute-num-layers beside it (transformer_config.py:1913-1925)")
         d.set("parallel.recompute", "full", "file", _src(p, "--recompute-granularity"))
         if method == "block" and n < t_layers:
             d.unmodelled.append(f"--recompute-method block --recompute-num-layers {n}: {n} of {t_layers} layers per chunk recomputed; priced "
@@ -548,7 +548,7 @@ def _parallel(d: Draft, p: Parsed) -> None:
     _set(d, "parallel.cp", p.int("--context-parallel-size", 1), p, "--context-parallel-size", "Megatron default 1")
     _set(d, "parallel.ep", p.int("--expert-model-parallel-size", 1), p, "--expert-model-parallel-size", "Megatron default 1")
     _set(d, "parallel.etp", p.int("--expert-tensor-parallel-size") or tp, p, "--expert-tensor-parallel-size",
-         "Megatron default: expert tensor parallelism = tp (ARGS:587)")
+         "Megatron default: expert tensor parallelism = tp (arguments.py:587)")
     layers = d.get("model.layers") or 0
     vpp, lps, split_flag, vwhere = _split(d, p, layers, pp)
     if vpp > 1:
@@ -567,13 +567,13 @@ def _parallel(d: Draft, p: Parsed) -> None:
     _set(d, "parallel.micro_batch_size", 1 if mb is None else mb, p, "--micro-batch-size", "Megatron default 1")
     sp = p.has("--sequence-parallel") and tp > 1
     _set(d, "parallel.sequence_parallel", sp, p, "--sequence-parallel" if tp > 1 else None,
-         "off" if tp > 1 else "off: tensor parallelism is 1 (ARGS:1433 drops --sequence-parallel)")
+         "off" if tp > 1 else "off: tensor parallelism is 1 (arguments.py:1433 drops --sequence-parallel)")
     _recompute(d, p, (max(lps) if lps else (layers // max(pp, 1))) // max(vpp, 1))
     _sharding(d, p)
     tpo = p.has("--tp-comm-overlap")
     if tpo and not sp:
-        raise InputError(_src(p, "--tp-comm-overlap"), True, "--sequence-parallel with tp > 1 beside it (ARGS:1441)")
-    _set(d, "parallel.tp_comm_overlap", tpo, p, "--tp-comm-overlap", "Megatron default: off (MPC:265)")
+        raise InputError(_src(p, "--tp-comm-overlap"), True, "--sequence-parallel with tp > 1 beside it (arguments.py:1441)")
+    _set(d, "parallel.tp_comm_overlap", tpo, p, "--tp-comm-overlap", "Megatron default: off (model_parallel_config.py:265)")
     _set(d, "parallel.moe_a2a_overlap", p.has("--overlap-moe-expert-parallel-comm"), p, "--overlap-moe-expert-parallel-comm",
          "Megatron default: off (ModelParallelConfig.overlap_moe_expert_parallel_comm)")
     d.default("parallel.moe_dispatcher", "alltoall", "no MoE dispatcher flag (a dense model, or the all-to-all one)")
@@ -598,7 +598,7 @@ def _sharding(d: Draft, p: Parsed) -> None:
     if p.has("--use-megatron-fsdp"):
         strat = p.one("--data-parallel-sharding-strategy", "optim_grads_params")
         zero = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}[strat]
-        zwhere = f"{_src(p, '--use-megatron-fsdp')} strategy {strat}" + ("" if p.has("--data-parallel-sharding-strategy") else " (the default, ARGS:3190)")
+        zwhere = f"{_src(p, '--use-megatron-fsdp')} strategy {strat}" + ("" if p.has("--data-parallel-sharding-strategy") else " (the default, arguments.py:3190)")
         kind = "file"
         if zero >= 2:
             ogr = True  # forced by Megatron-FSDP (megatron_fsdp.py:331-337)
@@ -609,13 +609,13 @@ def _sharding(d: Draft, p: Parsed) -> None:
         zwhere, kind = _src(p, "--use-torch-fsdp2"), "file"
         d.notes.append("--use-torch-fsdp2: priced as the engine's ZeRO-" + str(zero) + " (torch FSDP2 reduce-scatters every micro-batch)")
     if opg and not (ogr and zero >= 1):
-        raise InputError(_src(p, "--overlap-param-gather"), True, "--overlap-grad-reduce and a sharded optimizer beside it (ARGS:1024-1029)")
+        raise InputError(_src(p, "--overlap-param-gather"), True, "--overlap-grad-reduce and a sharded optimizer beside it (arguments.py:1024-1029)")
     d.set("parallel.zero", zero, kind, zwhere)
     if not d.has("parallel.overlap_grad_reduce"):
         _set(d, "parallel.overlap_grad_reduce", ogr, p, "--overlap-grad-reduce" if p.has("--overlap-grad-reduce") else None,
-             "Megatron-FSDP forces it on (megatron_fsdp.py:331)" if ogr else "Megatron default: off (ARGS:3121)")
+             "Megatron-FSDP forces it on (megatron_fsdp.py:331)" if ogr else "Megatron default: off (arguments.py:3121)")
     _set(d, "parallel.overlap_param_gather", opg, p, "--overlap-param-gather" if p.has("--overlap-param-gather") else None,
-         "Megatron-FSDP forces it on (megatron_fsdp.py:328)" if opg else "Megatron default: off (ARGS:3148)")
+         "Megatron-FSDP forces it on (megatron_fsdp.py:328)" if opg else "Megatron default: off (arguments.py:3148)")
     if zero >= 2 and p.has("--use-megatron-fsdp"):
         d.post.append(lambda dd, cluster: _fsdp_prefetch(dd, p, zero, cluster))
     k = p.int("--num-distributed-optimizer-instances", 1)

@@ -25,7 +25,7 @@ def test_absent_overlaps_are_off_and_said_so(tmp_path):
     p = cj.parallel
     assert p.zero == 1 and p.overlap_grad_reduce is False and p.overlap_param_gather is False and p.tp_comm_overlap is False
     assert cj.sources["parallel.overlap_grad_reduce"][1].kind == "default"
-    assert "ARGS:3121" in cj.sources["parallel.overlap_grad_reduce"][1].where
+    assert "arguments.py:3121" in cj.sources["parallel.overlap_grad_reduce"][1].where
     cj = _read(tmp_path, "--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --tensor-model-parallel-size 2 "
                "--sequence-parallel --tp-comm-overlap")
     assert (cj.parallel.overlap_grad_reduce, cj.parallel.overlap_param_gather, cj.parallel.tp_comm_overlap) == (True, True, True)
