@@ -63,7 +63,9 @@ def _with_edit(cj: CheckedJob, f):
     from planner.check.edits import edit_for, option_edit  # noqa: PLC0415
 
     if f.evidence.get("option") == "cross_entropy_loss_fusion":  # a job setting: Megatron-LM's flag
-        return dataclasses.replace(f, edit=option_edit(cj, {"--cross-entropy-loss-fusion": True}, {"cross_entropy": "native"}))
+        # the fusion with its native implementation (a --cross-entropy-fusion-impl te goes: Megatron-LM refuses it)
+        return dataclasses.replace(f, edit=option_edit(cj, {"--cross-entropy-loss-fusion": True, "--cross-entropy-fusion-impl": None},
+                                                       {"cross_entropy": "native"}))
     if f.evidence.get("parallel"):  # an engine switch of the parallel configuration
         return dataclasses.replace(f, edit=edit_for(cj, cj.parallel.replace(**f.evidence["parallel"])))
     return f

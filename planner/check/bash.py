@@ -397,13 +397,14 @@ class Shell(Expander):
             pass
         return 0
 
-    def in_batch(self, opts: dict, origin: Origin) -> None:
+    def in_batch(self, opts: dict, origin: Origin, override: bool = True) -> None:
         """Run as sbatch runs a batch script with the options ``opts``: SLURM_NNODES and the other
-        variables SLURM sets from them, and an ("sbatch", opts) context for the launch inside."""
+        variables SLURM sets from them, and an ("sbatch", opts) context for the launch inside.
+        ``override`` False keeps a variable the caller's environment already set."""
         self.context = self.context + (("sbatch", dict(opts)),)
         for var, key in (("SLURM_NNODES", "nodes"), ("SLURM_JOB_NUM_NODES", "nodes"), ("SLURM_NTASKS_PER_NODE", "ntasks-per-node"),
                          ("SLURM_GPUS_PER_NODE", "gpus-per-node")):
-            if str(opts.get(key, "")).isdigit() and var not in self.exported:
+            if str(opts.get(key, "")).isdigit() and (override or var not in self.exported):
                 self.vars[var] = segs(str(opts[key]), origin)
                 self.exported.add(var)
 
@@ -551,7 +552,7 @@ def run_script(path: str | Path, args: list[str] | None = None, env: dict | None
         sh.exported.add(k)
     opts = sbatch_directives(p.read_text(encoding="utf-8", errors="replace")) if p.is_file() else {}
     if opts:
-        sh.in_batch(opts, Origin(str(p), 0, False))
+        sh.in_batch(opts, Origin(str(p), 0, False), override=False)  # the environment given wins
     origin = Origin("<arguments>", 0, False)
     try:
         sh.run_file(p, [segs(a, origin) for a in (args or [])])

@@ -159,7 +159,11 @@ class TomlFileEditor:
         elif "parallelism.pipeline_parallel_layers_per_stage" in new and "parallelism.module_fqns_per_model_part" in cur:
             lines = _toml_del(lines, "parallelism", "module_fqns_per_model_part")
         text = "\n".join(lines)
-        tomllib.loads(text)  # the edit is valid TOML
+        try:
+            tomllib.loads(text)  # the edit is valid TOML
+        except tomllib.TOMLDecodeError as exc:  # a layout the line editor does not handle (dotted keys, inline tables)
+            raise InputError(str(self.path), "dotted keys or inline tables", f"[section] headers with one key = value per line to be "
+                             f"edited here (the edited text would not parse: {exc}); make the change by hand") from None
         return Edit("torchtitan-toml", summary, {str(self.path): text}, unified_diff({str(self.path): self.text}, {str(self.path): text}))
 
 
@@ -171,21 +175,34 @@ def _toml_value(v) -> str:
     return tomli_w.dumps({"x": v}).split("=", 1)[1].strip()
 
 
-def _depth(line: str, depth: int) -> int:
-    """Bracket depth after ``line`` (brackets inside strings and comments do not count)."""
-    quote = None
-    for ch in line:
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "\"'":
-            quote = ch
-        elif ch == "#":
+def _scan(line: str, depth: int, ml: str | None) -> tuple[int, str | None]:
+    """(bracket depth, open multi-line string delimiter) after ``line``: brackets inside strings
+    (basic ones with backslash escapes, literal ones, and triple-quoted ones that span lines) and
+    in comments do not count."""
+    i, n = 0, len(line)
+    while i < n:
+        if ml:
+            j = line.find(ml, i)
+            if j < 0:
+                return depth, ml
+            i, ml = j + 3, None
+            continue
+        if line.startswith('"""', i) or line.startswith("'''", i):
+            ml, i = line[i:i + 3], i + 3
+            continue
+        ch = line[i]
+        if ch in "\"'":
+            i += 1
+            while i < n and line[i] != ch:
+                i += 2 if (ch == '"' and line[i] == "\\") else 1
+            i += 1
+            continue
+        if ch == "#":
             break
-        elif ch in "[{":
-            depth += 1
-        elif ch in "]}":
-            depth -= 1
-    return depth
+        depth += ch in "[{"
+        depth -= ch in "]}"
+        i += 1
+    return depth, ml
 
 
 def _entries(lines: list[str]) -> list[tuple[int, int, str, str]]:
@@ -198,10 +215,10 @@ def _entries(lines: list[str]) -> list[tuple[int, int, str, str]]:
         if s.startswith("[") and not s.startswith("[["):
             out.append((i, i + 1, "table", s.split("]")[0].strip("[ ")))
         elif m:
-            j, depth = i, _depth(s.split("=", 1)[1], 0)
-            while depth > 0 and j + 1 < len(lines):
+            j, (depth, ml) = i, _scan(s.split("=", 1)[1], 0, None)
+            while (depth > 0 or ml) and j + 1 < len(lines):
                 j += 1
-                depth = _depth(lines[j], depth)
+                depth, ml = _scan(lines[j], depth, ml)
             out.append((i, j + 1, "key", m.group(1)))
             i = j
         i += 1

@@ -561,9 +561,7 @@ def _parallel(d: Draft, p: Parsed) -> None:
         d.set("parallel.layers_per_stage", lps, "file", _src(p, split_flag))
     else:
         d.set("parallel.layers_per_stage", tuple([layers // pp] * pp) if layers and pp else None, "default", "even split")
-    mb = p.int("--micro-batch-size", p.int("--batch-size") if p.legacy else None)
-    if mb is not None and mb < 1:  # Megatron-LM: micro_batch_size > 0 (its batch calculator divides by it)
-        raise InputError(_src(p, "--micro-batch-size" if p.has("--micro-batch-size") else "--batch-size"), mb, "a positive integer")
+    mb = p.int("--micro-batch-size", p.int("--batch-size") if p.legacy else None)  # >= 1: _positive_ints
     _set(d, "parallel.micro_batch_size", 1 if mb is None else mb, p, "--micro-batch-size", "Megatron default 1")
     sp = p.has("--sequence-parallel") and tp > 1
     _set(d, "parallel.sequence_parallel", sp, p, "--sequence-parallel" if tp > 1 else None,

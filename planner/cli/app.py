@@ -109,6 +109,14 @@ def _usage_message(exc) -> str:
     return " ".join(exc.format_message().split())
 
 
+def _error_doc(error: str, field, value, expected) -> None:
+    """The ``planner-error/1`` document of a bad-input exit (2) on stdout, for ``--json`` callers."""
+    import json as _json  # noqa: PLC0415
+
+    typer.echo(_json.dumps({"schema": "planner-error/1", "exit_code": 2, "error": error, "field": field,
+                            "value": value if isinstance(value, (str, int, float, bool, type(None))) else str(value), "expected": expected}))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: runs the app and maps exceptions to exit codes."""
     import planner.cli  # noqa: F401,PLC0415  (registers the commands)
@@ -135,11 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         typer.echo(f"error: {where(str(exc))}", err=True)
         if "--json" in args:  # as for exit 1: scripts reading stdout get a document, not an empty file
-            import json as _json  # noqa: PLC0415
-
-            typer.echo(_json.dumps({"schema": "planner-error/1", "exit_code": 2, "error": where(str(exc)), "field": exc.field,
-                                    "value": exc.value if isinstance(exc.value, (str, int, float, bool, type(None))) else str(exc.value),
-                                    "expected": exc.expected}))
+            _error_doc(where(str(exc)), exc.field, exc.value, exc.expected)
         return 2
     except NoFeasiblePlan as exc:
         if debug:
@@ -169,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if "UsageError" in names:
             typer.echo(f"error: {_usage_message(exc)}", err=True)
+            if "--json" in args:
+                _error_doc(_usage_message(exc), None, None, None)
             return 2
         if "ClickException" in names:
             typer.echo(f"error: {exc.format_message()}", err=True)

@@ -4,6 +4,7 @@ time per candidate, and whether an uneven layer split could change a candidate's
 
 from __future__ import annotations
 
+from planner.errors import InputError
 from planner.cost.constants import Constants
 from planner.cost.result import Estimate
 from planner.cost.stages import layer_costs, p2p_send_time, stage_time_parts

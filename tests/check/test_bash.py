@@ -85,3 +85,15 @@ def test_broken_shell_is_one_line_error(tmp_path, text):
     with pytest.raises(InputError) as e:
         run_script(p)
     assert "\n" not in str(e.value) and "bad.sh" in str(e.value)
+
+
+def test_a_nested_sbatch_sets_its_own_node_count(tmp_path):
+    """The outer batch script's #SBATCH --nodes sets SLURM_NNODES for itself; an sbatch --nodes it
+    submits sets its own for the inner script."""
+    from planner.check import read_job  # noqa: PLC0415
+
+    (tmp_path / "inner.sh").write_text("#!/bin/bash\ntorchrun --nnodes $SLURM_NNODES --nproc_per_node 8 pretrain_gpt.py --num-layers 32 "
+                                       "--hidden-size 4096 --num-attention-heads 32 --seq-length 4096 --max-position-embeddings 4096 "
+                                       "--micro-batch-size 1 --global-batch-size 64 --bf16\n")
+    (tmp_path / "outer.sh").write_text("#!/bin/bash\n#SBATCH --nodes=1\nsbatch --nodes=4 inner.sh\n")
+    assert read_job([str(tmp_path / "outer.sh")]).cluster.num_gpus == 32

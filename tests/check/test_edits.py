@@ -297,3 +297,36 @@ def test_toml_edits_keep_multi_line_arrays_whole():
     assert tomllib.loads(out) == {"parallelism": {"pipeline_parallel_degree": 2, "tensor_parallel_degree": 1}, "compile": {"enable": False}}
     out = "\n".join(_toml_set(lines, "parallelism", "enable_async_tensor_parallel", True))  # appended after the array
     assert tomllib.loads(out)["parallelism"]["enable_async_tensor_parallel"] is True
+
+
+def test_loss_fusion_edit_drops_a_te_impl(tmp_path):
+    """--cross-entropy-fusion-impl te without the fusion flag reads as the eager loss; the edit that
+    turns the fusion on also drops te (Megatron-LM refuses te with the fusion), read back native."""
+    p = tmp_path / "run.sh"
+    p.write_text("#!/bin/bash\ntorchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
+                 "--num-attention-heads 32 --seq-length 4096 --max-position-embeddings 4096 --vocab-size 128256 "
+                 "--micro-batch-size 1 --global-batch-size 64 --bf16 --tensor-model-parallel-size 2 --cross-entropy-fusion-impl te\n")
+    cj = read_job([str(p)], Overrides())
+    assert cj.job.cross_entropy == "unfused"
+    f = next(f for f in check_job(cj, top=0).findings if f.evidence.get("option") == "cross_entropy_loss_fusion")
+    assert f.edit.verified, f.edit.problem
+    assert "--cross-entropy-fusion-impl" not in next(iter(f.edit.files.values()))
+
+
+def test_toml_edits_skip_brackets_in_strings_and_refuse_what_they_cannot_edit(tmp_path):
+    """A bracket inside an escaped or triple-quoted string is not an array; a TOML written with
+    dotted keys gets an unverified edit that says so, never an internal error."""
+    base = ('[model]\nname = "llama3"\nflavor = "8B"\n[training]\nlocal_batch_size = 1\nseq_len = 4096\n'
+            '[parallelism]\ntensor_parallel_degree = 2\ndata_parallel_shard_degree = 4\n')
+    for name, text in (("escaped", '[job]\ndescription = "llama3 \\"8B [bf16\\" run"\n' + base),
+                       ("triple", '[job]\ndescription = """a [\nmulti-line ] [ string"""\n' + base)):
+        p = tmp_path / f"{name}.toml"
+        p.write_text(text)
+        r = check_job(read_job([str(p)], Overrides(gpu="h100-sxm5-80gb")), top=0)
+        assert all(f.edit.verified for f in r.findings if f.edit is not None), [(f.id, f.edit.problem) for f in r.findings if f.edit]
+    p = tmp_path / "dotted.toml"
+    p.write_text("\n".join(ln.replace("[", "#[") if ln.startswith("[") else ln for ln in base.split("\n")).replace(
+        "name =", "model.name =").replace("flavor =", "model.flavor =").replace("local_batch_size", "training.local_batch_size").replace(
+        "seq_len", "training.seq_len").replace("tensor_parallel", "parallelism.tensor_parallel").replace("data_parallel", "parallelism.data_parallel"))
+    r = check_job(read_job([str(p)], Overrides(gpu="h100-sxm5-80gb")), top=1)
+    assert any(e is not None and e.verified is False and "dotted keys" in e.problem for e in r.edits + [f.edit for f in r.findings])
