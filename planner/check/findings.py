@@ -149,7 +149,7 @@ def _loss_fusion(cj: CheckedJob, e: Estimate) -> list[Finding]:
     step = e.step_time_s
     if alt.step_time_s >= step * 0.999:
         return []
-    (f0, b0), (f1, b1) = (get_engine(cj.engine).loss_bytes(x, cj.parallel.tp) for x in ("unfused", "native"))
+    (f0, b0), (f1, b1) = (get_engine(cj.engine).loss_bytes(x, cj.parallel.tp, cj.job.precision) for x in ("unfused", "native"))
     return [Finding("hidden-by-engine-option", "warning", f"the loss runs Megatron's eager cross entropy ({f0:g} + {b0:g} bytes per logit); "
                     f"--cross-entropy-loss-fusion ({f1:g} + {b1:g}) would save {step - alt.step_time_s:.3g} s ({_pct(step - alt.step_time_s, step)}% of the step)",
                     {"option": "cross_entropy_loss_fusion", "step_s": step, "step_s_with_option": alt.step_time_s})]

@@ -124,7 +124,9 @@ def engines_show(name: Annotated[str, typer.Argument(help="An engine name (plann
     t.add_row("FP8 weight gathers", (", ".join(e.fp8_gather_recipes) + (" (on unless --no-fp8-param-gather)" if e.fp8_gather_default
                                       else " (with --fp8-param-gather)")) if e.fp8_gather_recipes else "-")
     tp_b = dict((n, (f, b)) for n, f, b in e.loss_tp_kernels)
+    f16 = dict((n, (f, b)) for n, f, b in e.loss_fp16_kernels)
     t.add_row("cross entropy", "; ".join(f"{n} {f:g} + {b:g} B/logit" + (f" ({tp_b[n][0]:g} + {tp_b[n][1]:g} with tp > 1)" if n in tp_b else "")
+                                         + (f" ({f16[n][0]:g} + {f16[n][1]:g} on fp16)" if n in f16 else "")
                                          for n, f, b in e.loss_kernels) + f" (auto: {e.loss_default}; --cross-entropy)")
     t.add_row("defaults", f"ZeRO {e.default_zero}, recompute {e.default_recompute}, schedule {e.default_schedule}")
     con.print(t)

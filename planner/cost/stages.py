@@ -89,7 +89,7 @@ def engine_layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Pa
     and cross-entropy kernels (the job's, or the engine's default)."""
     return layer_costs(model, cluster, job, par, C, sac=engine.memory.selective, fp8=fp8_casts(engine, job, par.zero),
                        p2p_overlap=engine.overlap_p2p_comm, tp_copies=engine.tp_sequence_dim_copies,
-                       loss=engine.loss_bytes(job.cross_entropy, par.tp))
+                       loss=engine.loss_bytes(job.cross_entropy, par.tp, job.precision))
 
 
 @lru_cache(maxsize=65536)

@@ -197,6 +197,8 @@ class Engine:
     loss_default: str = "unfused"
     # where an implementation runs differently on vocabulary-sharded logits (tp > 1): its bytes there
     loss_tp_kernels: tuple[tuple[str, float, float], ...] = ()
+    # where it runs differently on fp16 logits (precision fp16): its bytes there (ahead of the tp ones)
+    loss_fp16_kernels: tuple[tuple[str, float, float], ...] = ()
     # implementations the engine's code has but its argument checks refuse to launch: (name, why)
     loss_launch_refused: tuple[tuple[str, str], ...] = ()
 
@@ -219,11 +221,13 @@ class Engine:
             raise InputError("job.cross_entropy", cross_entropy, f"auto or {' or '.join(names)} on {self.name} (the cross entropies its code has)")
         return name
 
-    def loss_bytes(self, cross_entropy: str = "auto", tp: int = 1) -> tuple[float, float]:
+    def loss_bytes(self, cross_entropy: str = "auto", tp: int = 1, precision: str = "bf16") -> tuple[float, float]:
         """(forward, backward) bytes per logit element of the loss as the engine runs ``cross_entropy``
-        with tensor-parallel degree ``tp``; InputError when it has no such implementation."""
+        with tensor-parallel degree ``tp`` on ``precision`` logits; InputError when it has no such
+        implementation."""
         name = self.loss_name(cross_entropy)
-        for n, f, b in (self.loss_tp_kernels if tp > 1 else ()) + self.loss_kernels:
+        fp16 = self.loss_fp16_kernels if precision == "fp16" else ()
+        for n, f, b in fp16 + (self.loss_tp_kernels if tp > 1 else ()) + self.loss_kernels:
             if n == name:
                 return f, b
         raise AssertionError(name)  # loss_name checked it
@@ -332,6 +336,7 @@ def _loss(block: dict | None, where: str) -> dict:
     if default in refused:
         raise InputError(f"{where}.loss.default", default, "an implementation the engine launches (not in loss.launch_refuses)")
     return {"loss_kernels": kernels, "loss_default": default, "loss_tp_kernels": pairs("tp_kernels", [k[0] for k in kernels]),
+            "loss_fp16_kernels": pairs("fp16_kernels", [k[0] for k in kernels]),
             "loss_launch_refused": tuple((str(n), w) for n, w in refused.items())}
 
 

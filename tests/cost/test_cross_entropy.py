@@ -39,6 +39,8 @@ def test_each_engine_prices_its_own_cross_entropy():
     assert core.loss_bytes() == MEGATRON_LOSS_BYTES == core.loss_bytes("unfused")
     assert core.loss_bytes("native") == (22.0, 10.0) and core.loss_bytes("te") == (6.0, 4.0)
     assert core.loss_bytes("auto", tp=8) == MEGATRON_LOSS_BYTES  # Megatron's loss is vocab-parallel at any tp
+    # the fused backward casts its gradient to bf16 whatever the logits; fp16 logits get it cast back
+    assert core.loss_bytes("native", precision="fp16") == (22.0, 14.0) and core.loss_bytes("unfused", precision="fp16") == MEGATRON_LOSS_BYTES
     for name in ("megatron-legacy", "megatron-deepspeed", "megatron-zb"):
         assert get_engine(name).loss_bytes() == MEGATRON_LOSS_BYTES
         with pytest.raises(InputError, match="job.cross_entropy"):
