@@ -372,14 +372,13 @@ class Shell(Expander):
     def _sbatch(self, argv, words, local, here, heredoc) -> int:
         opts, i = {}, 1
         while i < len(words) and words[i].startswith("-"):
-            w = words[i]
-            key, eq, val = w.partition("=")
-            if not eq and w in _SLURM_VALUED and i + 1 < len(words):
-                val, i = words[i + 1], i + 1
+            key, val, i = _slurm_option(words, i)
             opts[_slurm_key(key)] = val
             i += 1
         script_src = heredoc
         script_args = argv[i + 1:]
+        if script_src is None and opts.get("wrap"):  # sbatch --wrap "CMD": the batch script is sh -c CMD
+            script_src = Src.of_file(str(opts["wrap"]), here.file, here.line)
         if script_src is None and i < len(words):
             path = self._path(words[i], here)
             script_src = Src.of_file(path.read_text(encoding="utf-8", errors="replace"), str(path))
@@ -411,9 +410,7 @@ class Shell(Expander):
     def _srun(self, argv, words, local, here) -> int:
         opts, i = {}, 1
         while i < len(words) and words[i].startswith("-"):
-            key, eq, val = words[i].partition("=")
-            if not eq and key in _SLURM_VALUED and i + 1 < len(words):
-                val, i = words[i + 1], i + 1
+            key, val, i = _slurm_option(words, i)
             opts[_slurm_key(key)] = val
             i += 1
         if i >= len(argv):
@@ -437,9 +434,23 @@ class Shell(Expander):
 _SLURM_VALUED = {"-N", "--nodes", "-n", "--ntasks", "--ntasks-per-node", "--gpus-per-node", "-G", "--gpus", "-p", "--partition",
                  "-A", "--account", "-t", "--time", "-J", "--job-name", "-o", "--output", "-e", "--error", "--export",
                  "--container-image", "--container-mounts", "--container-workdir", "--mpi", "--gres", "--mem", "--dependency",
-                 "-c", "--cpus-per-task", "--qos", "-w", "--nodelist", "--exclude", "-x"}
+                 "-c", "--cpus-per-task", "--qos", "-w", "--nodelist", "--exclude", "-x", "--wrap"}
 _SLURM_ALIASES = {"-N": "nodes", "-n": "ntasks", "-G": "gpus", "-p": "partition", "-A": "account", "-t": "time", "-J": "job-name",
                   "-o": "output", "-e": "error", "-c": "cpus-per-task", "-w": "nodelist", "-x": "exclude"}
+
+
+def _slurm_option(words: list, i: int) -> tuple[str, str, int]:
+    """(option, value, index of its last word) of the sbatch/srun option at ``words[i]``:
+    ``--nodes=4``, ``--nodes 4``, ``-N 4`` and ``-N4`` (a short option's value attached)."""
+    w = words[i]
+    key, eq, val = w.partition("=")
+    if eq:
+        return key, val, i
+    if w in _SLURM_VALUED and i + 1 < len(words):
+        return w, words[i + 1], i + 1
+    if len(w) > 2 and w[1] != "-" and w[:2] in _SLURM_VALUED:
+        return w[:2], w[2:], i
+    return key, val, i
 
 
 def _slurm_key(key: str) -> str:
@@ -533,9 +544,7 @@ def sbatch_directives(text: str) -> dict:
         toks = m.group(1).split()
         j = 0
         while j < len(toks):
-            key, eq, val = toks[j].partition("=")
-            if not eq and key in _SLURM_VALUED and j + 1 < len(toks):
-                val, j = toks[j + 1], j + 1
+            key, val, j = _slurm_option(toks, j)
             opts.setdefault(_slurm_key(key), val)
             j += 1
     return opts

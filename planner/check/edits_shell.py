@@ -184,13 +184,13 @@ class ShellEditor:
             if present and p.many(flag) == state:
                 continue
             if present and isinstance(state, list) and self._set(flag, state, texts, edits):
-                summary.append(f"{flag} {' '.join(p.many(flag))} -> {' '.join(state)}")
+                summary.append(f"{flag} {' '.join(map(_quote, p.many(flag)))} -> {' '.join(map(_quote, state))}")
                 continue
             words = [flag] + (state if isinstance(state, list) else [])
             if present and isinstance(state, list):
-                summary.append(f"{flag} {' '.join(p.many(flag))} -> {' '.join(state)} (repeated at the end of the command: the last one wins)")
+                summary.append(f"{flag} {' '.join(map(_quote, p.many(flag)))} -> {' '.join(map(_quote, state))} (repeated at the end of the command: the last one wins)")
             else:
-                summary.append(f"add {' '.join(words)}")
+                summary.append(f"add {' '.join(map(_quote, words))}")
             appended.extend(words)
         if appended:
             self._append(appended, texts, edits)
@@ -239,8 +239,8 @@ class ShellEditor:
     def _set(self, flag: str, values: list[str], texts, edits) -> bool:
         """Rewrite the last occurrence's values where their text is written."""
         occ = self.parsed.fields.get(flag, [])
-        if not occ or len(occ[-1][1]) != len(values):
-            return False
+        if not occ or len(occ[-1][1]) != len(values) or any(_quote(v) != v for v in values):
+            return False  # (a value that needs quoting is appended quoted instead)
         plan = []
         for field, new in zip(occ[-1][1], values):
             if len(field) != 1:
@@ -304,7 +304,9 @@ def _string_end(line: str, word: str) -> int | None:
 
 
 def _quote(w: str) -> str:
-    return w if re.fullmatch(r"[\w.,:/=+\-\[\]()*]+", w) and "|" not in w else "'" + w.replace("'", "'\\''") + "'"
+    """``w`` as one shell word: bare when it holds no character the shell treats specially
+    (parentheses, globs, pipes...), else single-quoted."""
+    return w if re.fullmatch(r"[\w.,:/=+\-@%]+", w) else "'" + w.replace("'", "'\\''") + "'"
 
 
 def _split_comment(line: str) -> tuple[str, str]:

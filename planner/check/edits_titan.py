@@ -167,7 +167,11 @@ class TomlFileEditor:
         return Edit("torchtitan-toml", summary, {str(self.path): text}, unified_diff({str(self.path): self.text}, {str(self.path): text}))
 
 
-_ALWAYS = {"parallelism.tensor_parallel_degree", "parallelism.pipeline_parallel_degree"}
+# written even where the file leaves them out: the degrees, and the first/last-stage "less layers"
+# that go with pipeline_parallel_layers_per_stage (torchtitan's defaults are 1 each, the
+# embedding and the output counted as layers; the editor's even split counts them as 0)
+_ALWAYS = {"parallelism.tensor_parallel_degree", "parallelism.pipeline_parallel_degree",
+           "parallelism.pipeline_parallel_first_stage_less_layers", "parallelism.pipeline_parallel_last_stage_less_layers"}
 _ASYNC_TP = "parallelism.enable_async_tensor_parallel"
 
 

@@ -97,3 +97,15 @@ def test_a_nested_sbatch_sets_its_own_node_count(tmp_path):
                                        "--micro-batch-size 1 --global-batch-size 64 --bf16\n")
     (tmp_path / "outer.sh").write_text("#!/bin/bash\n#SBATCH --nodes=1\nsbatch --nodes=4 inner.sh\n")
     assert read_job([str(tmp_path / "outer.sh")]).cluster.num_gpus == 32
+
+
+def test_sbatch_wrap_and_attached_short_options(tmp_path):
+    """sbatch --wrap "CMD" runs CMD as the batch script; #SBATCH -N4 is -N 4."""
+    from planner.check import read_job  # noqa: PLC0415
+
+    cmd = ("torchrun --nnodes $SLURM_NNODES --nproc_per_node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
+           "--num-attention-heads 32 --seq-length 4096 --max-position-embeddings 4096 --micro-batch-size 1 --global-batch-size 64 --bf16")
+    (tmp_path / "wrap.sh").write_text('#!/bin/bash\nsbatch --nodes=4 --wrap "' + cmd.replace("$", "\\$") + '"\n')
+    assert read_job([str(tmp_path / "wrap.sh")]).cluster.num_gpus == 32
+    (tmp_path / "short.sbatch").write_text("#!/bin/bash\n#SBATCH -N4\n" + cmd + "\n")
+    assert read_job([str(tmp_path / "short.sbatch")]).cluster.num_gpus == 32

@@ -330,3 +330,22 @@ def test_toml_edits_skip_brackets_in_strings_and_refuse_what_they_cannot_edit(tm
         "seq_len", "training.seq_len").replace("tensor_parallel", "parallelism.tensor_parallel").replace("data_parallel", "parallelism.data_parallel"))
     r = check_job(read_job([str(p)], Overrides(gpu="h100-sxm5-80gb")), top=1)
     assert any(e is not None and e.verified is False and "dotted keys" in e.problem for e in r.edits + [f.edit for f in r.findings])
+
+
+def test_shell_edits_quote_what_the_shell_would_split():
+    from planner.check.edits_shell import _quote  # noqa: PLC0415
+
+    assert _quote("Etttt|tttt|(tttt|)*4,tttL") == "'Etttt|tttt|(tttt|)*4,tttL'" and _quote("8") == "8" and _quote("a b") == "'a b'"
+
+
+def test_torchtitan_even_split_edit_writes_the_less_layers_it_assumes(tmp_path):
+    """An edit that writes pipeline_parallel_layers_per_stage also writes first/last_stage_less_layers
+    = 0 (torchtitan's defaults are 1), so the edited file reads back with the stages predicted."""
+    p = tmp_path / "t1.toml"
+    p.write_text('[model]\nname = "llama3"\nflavor = "70B"\n[training]\nlocal_batch_size = 16\nseq_len = 8192\n[parallelism]\n'
+                 'tensor_parallel_degree = 8\npipeline_parallel_degree = 2\npipeline_parallel_schedule = "Interleaved1F1B"\n'
+                 'pipeline_parallel_layers_per_stage = 21\npipeline_parallel_microbatch_size = 1\ndata_parallel_shard_degree = -1\n'
+                 '[activation_checkpoint]\nmode = "full"\n')
+    r = check_job(read_job([str(p)], Overrides(gpus=64)), top=0)
+    eds = [f.edit for f in r.findings if f.edit is not None and any("layers_per_stage" in x for x in f.edit.summary)]
+    assert eds and all(e.verified for e in eds), [e.problem for e in eds]
