@@ -31,7 +31,8 @@ def check_precision(cluster: ClusterSpec, job: Job) -> None:
     its FP8 recipe (MXFP8 on Blackwell only)."""
     if job.precision not in cluster.gpu.peak_flops:
         raise InputError("job.precision", job.precision,
-                         f"a precision {cluster.gpu.id} supports ({', '.join(sorted(k for k in cluster.gpu.peak_flops if k != 'tf32'))})")
+                         f"a precision {cluster.gpu.id} supports ({', '.join(sorted(k for k in cluster.gpu.peak_flops if k != 'tf32'))}; "
+                         "--precision on the command line)")
     if job.fp8_recipe == "mxfp8" and not cluster.gpu.mx_formats:
         raise InputError("job.fp8_recipe", "mxfp8", f"a recipe {cluster.gpu.id} runs (MXFP8 needs Blackwell tensor cores; "
                          "delayed or tensorwise on this GPU)")
