@@ -80,7 +80,10 @@ _TYPICAL = {"num_hidden_layers", "n_layer", "hidden_size", "n_embd", "num_attent
 # planner's layer is attention + MLP (Mamba / Mamba-2 SSM blocks, RWKV and xLSTM recurrences,
 # Jamba / Zamba / Falcon-H1 hybrids, T5 / BART encoder-decoders are not).
 _NOT_DECODER_TRANSFORMER = {"mamba", "mamba2", "falcon_mamba", "rwkv", "rwkv5", "rwkv6", "xlstm", "jamba", "zamba", "zamba2",
-                            "falcon_h1", "recurrent_gemma", "t5", "mt5", "umt5", "bart", "mbart", "pegasus", "whisper", "bamba"}
+                            "falcon_h1", "recurrent_gemma", "t5", "mt5", "umt5", "bart", "mbart", "pegasus", "whisper", "bamba",
+                            # hybrids of attention with Mamba / linear-attention / convolution blocks, and
+                            # a cross-attention multimodal model
+                            "nemotron_h", "qwen3_next", "granitemoehybrid", "lfm2", "mllama"}
 _NOT_DECODER_ARCH = r"Mamba|RWKV|xLSTM|Jamba|Zamba|RecurrentGemma"
 
 def looks_like_hf_config(data: object) -> bool:
@@ -246,7 +249,7 @@ def model_from_hf_config(data: dict, name: str = "hf-model") -> ModelSpec:
     if not isinstance(family, str):
         raise InputError(r.field("model_type"), family, "a string")
     arch_names = [a for a in (data.get("architectures") or []) if isinstance(a, str)] if isinstance(data.get("architectures"), list) else []
-    if family in _NOT_DECODER_TRANSFORMER or any(re.search(_NOT_DECODER_ARCH, a, re.I) for a in arch_names) or d.get("is_encoder_decoder"):
+    if family in _NOT_DECODER_TRANSFORMER or data.get("model_type") in _NOT_DECODER_TRANSFORMER or any(re.search(_NOT_DECODER_ARCH, a, re.I) for a in arch_names) or d.get("is_encoder_decoder"):
         raise InputError(r.field("model_type"), family or ",".join(arch_names), "a decoder-only transformer (attention + MLP layers; "
                          "state-space, recurrent, hybrid and encoder-decoder models are not modelled)")
     gpt2_style = family == "gpt2" or "n_embd" in d

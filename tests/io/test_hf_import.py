@@ -234,7 +234,8 @@ def test_models_that_are_not_decoder_transformers_are_refused() -> None:
     transformer from whatever keys it shares with one."""
     base = {"hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 16, "intermediate_size": 8192, "vocab_size": 50280}
     for extra in ({"model_type": "mamba", "architectures": ["MambaForCausalLM"]}, {"model_type": "x", "architectures": ["RwkvForCausalLM"]},
-                  {"model_type": "t5"}, {"model_type": "custom", "is_encoder_decoder": True}):
+                  {"model_type": "t5"}, {"model_type": "custom", "is_encoder_decoder": True}, {"model_type": "nemotron_h"},
+                  {"model_type": "qwen3_next"}):
         with pytest.raises(InputError, match="decoder-only transformer"):
             model_from_hf_config({**base, **extra})
 
