@@ -45,6 +45,16 @@ def _mode(engine: Engine, zero: int, pp: int):
         return None
 
 
+def fsdp2_unsharded_all_step(engine: Engine, zero: int, pp: int) -> bool:
+    """Whether FSDP2 keeps every block unsharded from its forward to its backward: ZeRO >= 2
+    under pipelining, or without reshard_after_forward (torchtitan parallelize.py apply_fsdp).
+    The memory model and the search's memory bound (planner.search.bounds) both read it."""
+    if engine.memory.states != "fsdp2" or zero < 2:
+        return False
+    mode = _mode(engine, zero, pp)
+    return pp > 1 or (mode is not None and not mode.reshard_after_forward)
+
+
 _PAR_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "recompute", "sequence_parallel", "zero",
                "zero_shard_degree", "schedule", "tp_comm_overlap", "attention")
 
@@ -108,10 +118,11 @@ def _stage_peak(model: ModelSpec, job: Job, key: tuple, stage: int, n: int, para
     gathered, gathered_b, gathered_what = 0.0, 0.0, ""
     ag_pool = rs_pool = 0.0
     if mem.states == "fsdp2" and zero >= 2:
-        if pp > 1 or (mode is not None and not mode.reshard_after_forward):
+        if fsdp2_unsharded_all_step(engine, zero, pp):
             # reshard_after_forward=False: every block stays unsharded from its forward to its
             # backward; under pipelining for the whole step (parallelize.py apply_fsdp)
             gathered = copies * (lin_b * params["layers"] + exp_b * exp_p + 2.0 * (params["embedding"] + params["output"]))
+            gathered_b = 2.0 * layer_p  # the block's bf16 gradients before they join the fp32 accumulators
             gathered_what = "all of the stage's parameters unsharded"
         else:
             # fully_shard per block: [norm, output] is not resharded after forward and the last
@@ -120,8 +131,6 @@ def _stage_peak(model: ModelSpec, job: Job, key: tuple, stage: int, n: int, para
             gathered = 2.0 * params["output"] + layer_b
             gathered_b = layer_b + (2.0 + 4.0) * layer_p
             gathered_what = "output group + one block unsharded"
-        if pp > 1 or (mode is not None and not mode.reshard_after_forward):
-            gathered_b = 2.0 * layer_p  # the block's bf16 gradients before they join the fp32 accumulators
         # FSDP2 allocates each all-gather output on its copy-in stream and each reduce-scatter
         # output (the sharded fp32 gradients are views of it) on the reduce-scatter stream
         # (_fsdp_collectives.py foreach_all_gather / foreach_reduce); the caching allocator reuses

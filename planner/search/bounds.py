@@ -4,13 +4,13 @@ time per candidate, and whether an uneven layer split could change a candidate's
 
 from __future__ import annotations
 
-from planner.errors import InputError
 from planner.cost.constants import Constants
 from planner.cost.result import Estimate
 from planner.cost.stages import layer_costs, p2p_send_time, stage_time_parts
 from planner.cost.step import pipeline_form
 from planner.cost.flops import embedding_params, layer_params
 from planner.cost.memory import activation_bytes_per_layer, state_bytes_per_param
+from planner.cost.memory_peak import fsdp2_unsharded_all_step
 from planner.engines.policy import fp8_gathers
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
@@ -50,16 +50,11 @@ def states_bound_fn(model: ModelSpec, precision: str, C: Constants, min_first: i
         return bpp_cache[(zero, shard)]
 
     def gathered(pp: int, zero: int) -> float:
-        """Bytes per parameter FSDP2 keeps unsharded all step: every block from its forward to its
-        backward under pipelining or without reshard_after_forward (ZeRO 2), as
-        planner.cost.memory_peak prices it (16-bit; FP8 all-gathers move 1 byte: the least)."""
-        if engine is None or engine.memory.states != "fsdp2" or zero < 2:
+        """Bytes per parameter FSDP2 keeps unsharded all step (memory_peak.fsdp2_unsharded_all_step),
+        as planner.cost.memory_peak prices them (16-bit; FP8 all-gathers move 1 byte: the least)."""
+        if engine is None or not fsdp2_unsharded_all_step(engine, zero, pp):
             return 0.0
-        try:
-            mode = engine.mode(zero, pp)
-        except InputError:
-            return 0.0
-        return (1.0 if precision == "fp8" else 2.0) if (pp > 1 or not mode.reshard_after_forward) else 0.0
+        return 1.0 if precision == "fp8" else 2.0
 
     def bound(tp: int, pp: int, dp: int, cp: int, ep: int, zero: int) -> float:
         shard = dp * cp
