@@ -109,12 +109,17 @@ def _usage_message(exc) -> str:
     return " ".join(exc.format_message().split())
 
 
-def _error_doc(error: str, field, value, expected) -> None:
-    """The ``planner-error/1`` document of a bad-input exit (2) on stdout, for ``--json`` callers."""
+def _error_doc(exit_code: int, error: str, **extra) -> None:
+    """The ``planner-error/1`` document of an exit 1 (``hints``) or 2 (``field``, ``value``,
+    ``expected``) on stdout, for ``--json`` callers: scripts reading stdout get a document."""
     import json as _json  # noqa: PLC0415
 
-    typer.echo(_json.dumps({"schema": "planner-error/1", "exit_code": 2, "error": error, "field": field,
-                            "value": value if isinstance(value, (str, int, float, bool, type(None))) else str(value), "expected": expected}))
+    typer.echo(_json.dumps({"schema": "planner-error/1", "exit_code": exit_code, "error": error, **extra}))
+
+
+def _input_error_doc(error: str, field=None, value=None, expected=None) -> None:
+    plain = value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+    _error_doc(2, error, field=field, value=plain, expected=expected)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         typer.echo(f"error: {where(str(exc))}", err=True)
-        if "--json" in args:  # as for exit 1: scripts reading stdout get a document, not an empty file
-            _error_doc(where(str(exc)), exc.field, exc.value, exc.expected)
+        if "--json" in args:
+            _input_error_doc(where(str(exc)), exc.field, exc.value, exc.expected)
         return 2
     except NoFeasiblePlan as exc:
         if debug:
@@ -151,10 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         typer.echo(f"no plan fits: {where(str(exc))}", err=True)
         for hint in exc.hints:
             typer.echo(f"  hint: {hint}", err=True)
-        if "--json" in args:  # scripts reading stdout get a document, not an empty file
-            import json as _json  # noqa: PLC0415
-
-            typer.echo(_json.dumps({"schema": "planner-error/1", "exit_code": 1, "error": str(exc), "hints": exc.hints}))
+        if "--json" in args:
+            _error_doc(1, str(exc), hints=exc.hints)
         return 1
     except SolverFailure as exc:
         if debug:
@@ -174,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         if "UsageError" in names:
             typer.echo(f"error: {_usage_message(exc)}", err=True)
             if "--json" in args:
-                _error_doc(_usage_message(exc), None, None, None)
+                _input_error_doc(_usage_message(exc))
             return 2
         if "ClickException" in names:
             typer.echo(f"error: {exc.format_message()}", err=True)

@@ -95,11 +95,12 @@ def emit_bundle(plan_doc: dict, engine: str, rank: int = 1, slurm_engine: str = 
                 f.update(sl.slurm_files(v, eng))
             except InputError as exc:
                 skipped[eng] = str(exc)
-                if eng == "deepspeed" and v.parallel.tp > 1 and (v.engine is None or v.engine.name not in ("deepspeed", "megatron-deepspeed")):
+                if eng == "deepspeed":
                     from planner.emit.deepspeed import deepspeed_engine  # noqa: PLC0415
 
-                    if deepspeed_engine(v) != "deepspeed":  # its files run Megatron-DeepSpeed's model code for tp > 1
-                        skipped[eng] += f" (the DeepSpeed files of this plan run {deepspeed_engine(v)}: tensor parallelism)"
+                    ds = deepspeed_engine(v)  # megatron-deepspeed for a plan of another engine with tp > 1
+                    if ds != "deepspeed" and (v.engine is None or v.engine.name != ds):
+                        skipped[eng] += f" (the DeepSpeed files of this plan run {ds}: tensor parallelism)"
                 continue
             files.update(f)
             notes += [f"{eng}: {x}" for x in n]
