@@ -229,9 +229,11 @@ def _entries(lines: list[str]) -> list[tuple[int, int, str, str]]:
     return out
 
 
-def _section_bounds(lines: list[str], sec: str) -> tuple[int, int] | None:
+def _section_bounds(lines: list[str], sec: str, entries: list | None = None) -> tuple[int, int] | None:
+    """Lines [header, next header) of table ``sec`` (``entries``: :func:`_entries` of ``lines``,
+    scanned here when not given)."""
     start = None
-    for a, _, kind, name in _entries(lines):
+    for a, _, kind, name in entries if entries is not None else _entries(lines):
         if kind == "table":
             if start is not None:
                 return start, a
@@ -240,22 +242,22 @@ def _section_bounds(lines: list[str], sec: str) -> tuple[int, int] | None:
     return (start, len(lines)) if start is not None else None
 
 
-def _key_span(lines: list[str], sec: str, key: str) -> tuple[int, int] | None:
-    """Lines [first, last) of ``key``'s entry in table ``sec`` (None when it has none)."""
-    b = _section_bounds(lines, sec)
+def _key_span(entries: list, b: tuple[int, int] | None, key: str) -> tuple[int, int] | None:
+    """Lines [first, last) of ``key``'s entry in the table spanning lines ``b`` (None when it has none)."""
     if b is None:
         return None
-    return next(((a, z) for a, z, kind, name in _entries(lines) if kind == "key" and name == key and b[0] < a < b[1]), None)
+    return next(((a, z) for a, z, kind, name in entries if kind == "key" and name == key and b[0] < a < b[1]), None)
 
 
 def _toml_set(lines: list[str], sec: str, key: str, value) -> list[str]:
     text = f"{key} = {_toml_value(value)}"
-    b = _section_bounds(lines, sec)
+    entries = _entries(lines)
+    b = _section_bounds(lines, sec, entries)
     if b is None:
         while lines and not lines[-1].strip():
             lines = lines[:-1]
         return lines + ["", f"[{sec}]", text, ""]
-    span = _key_span(lines, sec, key)
+    span = _key_span(entries, b, key)
     if span is not None:
         i, z = span
         comment = ""
@@ -264,12 +266,13 @@ def _toml_set(lines: list[str], sec: str, key: str, value) -> list[str]:
             comment = m.group(0)
         return lines[:i] + [text + comment] + lines[z:]
     a, z = b
-    last = max((e - 1 for s0, e, kind, _ in _entries(lines) if kind == "key" and a < s0 < z), default=a)
+    last = max((e - 1 for s0, e, kind, _ in entries if kind == "key" and a < s0 < z), default=a)
     return lines[:last + 1] + [text] + lines[last + 1:]
 
 
 def _toml_del(lines: list[str], sec: str, key: str) -> list[str]:
-    span = _key_span(lines, sec, key)
+    entries = _entries(lines)
+    span = _key_span(entries, _section_bounds(lines, sec, entries), key)
     return lines if span is None else lines[:span[0]] + lines[span[1]:]
 
 
