@@ -327,16 +327,17 @@ def _loss(block: dict | None, where: str) -> dict:
         return tuple(out)
 
     kernels = pairs("kernels", [x for x in CROSS_ENTROPY if x != "auto"])
-    default = str(block.get("default", kernels[0][0]))
-    if default not in {k[0] for k in kernels}:
+    names = [k[0] for k in kernels]
+    default = str(block.get("default", names[0]))
+    if default not in names:
         raise InputError(f"{where}.loss.default", default, "one of the profile's loss.kernels")
     refused = block.get("launch_refuses") or {}
-    if not isinstance(refused, dict) or any(n not in {k[0] for k in kernels} or not isinstance(w, str) for n, w in refused.items()):
+    if not isinstance(refused, dict) or any(n not in names or not isinstance(w, str) for n, w in refused.items()):
         raise InputError(f"{where}.loss.launch_refuses", refused, "a map of the profile's loss.kernels names to the engine's reason")
     if default in refused:
         raise InputError(f"{where}.loss.default", default, "an implementation the engine launches (not in loss.launch_refuses)")
-    return {"loss_kernels": kernels, "loss_default": default, "loss_tp_kernels": pairs("tp_kernels", [k[0] for k in kernels]),
-            "loss_fp16_kernels": pairs("fp16_kernels", [k[0] for k in kernels]),
+    return {"loss_kernels": kernels, "loss_default": default, "loss_tp_kernels": pairs("tp_kernels", names),
+            "loss_fp16_kernels": pairs("fp16_kernels", names),
             "loss_launch_refused": tuple((str(n), w) for n, w in refused.items())}
 
 

@@ -248,8 +248,10 @@ def model_from_hf_config(data: dict, name: str = "hf-model") -> ModelSpec:
     family = d.get("model_type") or ""
     if not isinstance(family, str):
         raise InputError(r.field("model_type"), family, "a string")
-    arch_names = [a for a in (data.get("architectures") or []) if isinstance(a, str)] if isinstance(data.get("architectures"), list) else []
-    if family in _NOT_DECODER_TRANSFORMER or data.get("model_type") in _NOT_DECODER_TRANSFORMER or any(re.search(_NOT_DECODER_ARCH, a, re.I) for a in arch_names) or d.get("is_encoder_decoder"):
+    arch = data.get("architectures")
+    arch_names = [a for a in arch if isinstance(a, str)] if isinstance(arch, list) else []
+    if ({family, data.get("model_type")} & _NOT_DECODER_TRANSFORMER or d.get("is_encoder_decoder")
+            or any(re.search(_NOT_DECODER_ARCH, a, re.I) for a in arch_names)):
         raise InputError(r.field("model_type"), family or ",".join(arch_names), "a decoder-only transformer (attention + MLP layers; "
                          "state-space, recurrent, hybrid and encoder-decoder models are not modelled)")
     gpt2_style = family == "gpt2" or "n_embd" in d
