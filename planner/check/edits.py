@@ -240,10 +240,10 @@ def MegatronEditor(path, parsed, fields, launch):  # noqa: N802  (a factory kept
     return ShellEditor(path, parsed, fields, launch)
 
 
-def TomlEditor(path, text):  # noqa: N802
+def TomlEditor(path, text, overrides=None):  # noqa: N802
     from planner.check.edits_titan import TomlFileEditor  # noqa: PLC0415
 
-    return TomlFileEditor(path, text)
+    return TomlFileEditor(path, text, overrides)
 
 
 def PyConfigEditor(path, text, function):  # noqa: N802

@@ -120,8 +120,9 @@ TITAN_UNCONTROLLED = ("overlap_grad_reduce", "overlap_param_gather", "async_tp_a
 class TomlFileEditor:
     uncontrolled = TITAN_UNCONTROLLED
 
-    def __init__(self, path, text):
-        self.path, self.text = Path(path), text
+    def __init__(self, path, text, overrides: dict | None = None):
+        # overrides: section.key -> (value, where) set on the launch script's command line, which wins over the file
+        self.path, self.text, self.overrides = Path(path), text, dict(overrides or {})
 
     def edit(self, cj, par: ParallelConfig) -> Edit:
         import tomllib  # noqa: PLC0415
@@ -142,6 +143,11 @@ class TomlFileEditor:
         lines = self.text.split("\n")
         summary = []
         for key, value in new.items():
+            if key in self.overrides:
+                if self.overrides[key][0] == value:
+                    continue
+                raise InputError(self.overrides[key][1], self.overrides[key][0], f"{_toml_value(value)}: the launch script's "
+                                 "command line sets it, over the TOML; change it there")
             have = cur.get(key)
             if have == value or (have is None and old.get(key) == value and key not in _ALWAYS):
                 continue

@@ -97,6 +97,9 @@ def read_job(args: list[str], o: Overrides | None = None) -> CheckedJob:
                     files.append((p, None, classify(p)))
             continue
         files.append((path, suffix, classify(path)))
+    launches = _titan_launches(files)
+    named = {f[0].resolve() for f in files}
+    files += [(tl.config, tl.function, classify(tl.config)) for tl in launches if tl.config.resolve() not in named]
     engine_files = [f for f in files if f[2] not in ("hostfile", "summary", "launcher")]
     if o.engine and len(engine_files) > 1:
         want = _ENGINE_FILES.get(o.engine, o.engine)
@@ -105,7 +108,7 @@ def read_job(args: list[str], o: Overrides | None = None) -> CheckedJob:
         engine_files = keep or engine_files
     if not engine_files:
         raise InputError(", ".join(str(f[0]) for f in files), "no job file", "a launch script, TOML, config module, DeepSpeed JSON or plan")
-    d = _draft(engine_files, files)
+    d = _draft(engine_files, files, launches)
     from planner.check.plan_doc import apply_provenance  # noqa: PLC0415
 
     if d.fmt != "plan":
@@ -148,7 +151,14 @@ def _hostfile(d: Draft, files) -> None:
             d.set("hardware.gpus_per_node", max(slots), "file", f"{path.name}: slots per host")
 
 
-def _draft(engine_files, files) -> Draft:
+def _titan_launches(files) -> list:
+    """The torchtitan launches among ``files`` (the job file each names, its world and overrides)."""
+    from planner.check.titan_launch import titan_launch  # noqa: PLC0415
+
+    return [tl for p, _, k in files if k == "launcher" and (tl := titan_launch(p)) is not None]
+
+
+def _draft(engine_files, files, launches=()) -> Draft:
     kinds = {k for _, _, k in engine_files}
     if "plan" in kinds:
         from planner.check.plan_doc import read_plan_doc  # noqa: PLC0415
@@ -163,13 +173,14 @@ def _draft(engine_files, files) -> Draft:
             raise InputError(", ".join(str(p) for p, _, _ in engine_files), "several engines' job files", "the files of one job (or --engine E)")
         # planner launch writes the job twice (0.2.2 TOML, 0.3.0 module): the TOML is read, the module is the same job
         path, suffix, kind = next((f for f in titan if f[2] == "torchtitan-toml"), titan[0])
+        launch = next((tl for tl in launches if tl.config.resolve() == path.resolve()), None)
         if kind == "torchtitan-toml":
             from planner.check.torchtitan import read_titan_toml  # noqa: PLC0415
 
-            return read_titan_toml(path)
+            return read_titan_toml(path, launch)
         from planner.check.torchtitan_py import read_titan_py  # noqa: PLC0415
 
-        return read_titan_py(path, suffix)
+        return read_titan_py(path, suffix or (launch.function if launch else None), launch)
     base = None
     for path, _ in scripts:
         kind, info = _script_kind(path)

@@ -133,7 +133,9 @@ def _check_keys(doc: dict, path: Path) -> None:
     walk(doc, schema, "")
 
 
-def read_titan_toml(path: Path) -> Draft:
+def read_titan_toml(path: Path, launch=None) -> Draft:
+    """The job of a torchtitan 0.2.2 TOML, with the world and the ``--section.key`` overrides of
+    the launch script that starts it (``launch``: planner.check.titan_launch.TitanLaunch)."""
     text = path.read_text(encoding="utf-8", errors="replace")
     try:
         doc = tomllib.loads(text)
@@ -142,11 +144,17 @@ def read_titan_toml(path: Path) -> Draft:
     _check_keys(doc, path)
     values: dict = {}
     _flatten(doc, "", values, _key_lines(text))
+    given = {}
+    if launch is not None:
+        from planner.check.titan_launch import override_values  # noqa: PLC0415
+
+        given = override_values(launch.overrides, job_config_schema())
+        values.update(given)
     s = TitanSettings(values, path, "0.2.2")
-    d = titan_draft(s, path, "torchtitan-toml")
+    d = titan_draft(s, path, "torchtitan-toml", launch=launch)
     from planner.check.edits import TomlEditor  # noqa: PLC0415
 
-    d.editor = TomlEditor(path, text)
+    d.editor = TomlEditor(path, text, given)
     for sec in doc:
         if sec in _IGNORED_SECTIONS:
             d.ignored.append(f"[{sec}] ({_IGNORED_SECTIONS[sec]})")
@@ -200,9 +208,14 @@ def _degrees(d: Draft, s: TitanSettings, world: int) -> tuple:
     return rep, shard, tp, pp, cp, ep, etp
 
 
-def titan_draft(s: TitanSettings, path: Path, fmt: str, world: int | None = None) -> Draft:
-    """The draft of a torchtitan job from its settings (both versions)."""
-    d = Draft(fmt=fmt, engine="torchtitan", files=[str(path)])
+def titan_draft(s: TitanSettings, path: Path, fmt: str, launch=None) -> Draft:
+    """The draft of a torchtitan job from its settings (both versions); ``launch``: the script
+    that starts it (its world; listed first among the files, so an edit is read back with it)."""
+    d = Draft(fmt=fmt, engine="torchtitan", files=([str(launch.script)] if launch else []) + [str(path)])
+    world = launch.world if launch else None
+    if world:
+        d.set("hardware.num_gpus", world, "file", launch.world_where)
+        d.set("hardware.gpus_per_node", launch.gpus_per_node, "file", launch.world_where)
     P, T, A = "parallelism.", "training.", "activation_checkpoint."
     name, flavor = s.get("model.name"), s.get("model.flavor")
     seq = s.get(T + "seq_len")

@@ -170,7 +170,13 @@ def _model_name(ev: _Eval, path: Path) -> str:
     return stem or path.parent.name
 
 
-def read_titan_py(path: Path, function: str | None) -> Draft:
+def read_titan_py(path: Path, function: str | None, launch=None) -> Draft:
+    """The job of a torchtitan 0.3.0 config module's ``function``; ``launch``: the script that
+    starts it (its world; command-line overrides of a module are refused, not read)."""
+    if launch is not None and launch.overrides:
+        key, text, where = launch.overrides[0]
+        raise InputError(where, text, "no command-line override of a 0.3.0 config module (planner check reads the module's "
+                         "own values: set it in the module)")
     text = path.read_text(encoding="utf-8", errors="replace")
     try:
         tree = ast.parse(text)
@@ -241,7 +247,7 @@ def read_titan_py(path: Path, function: str | None) -> Draft:
     defaults = {"activation_checkpoint.mode": "selective", "activation_checkpoint.selective_ac_option": "op",
                 "parallelism.enable_sequence_parallel": True}
     s = TitanSettings(values, path, "0.3.0", defaults)
-    d = titan_draft(s, path, "torchtitan-config")
+    d = titan_draft(s, path, "torchtitan-config", launch=launch)
     d.notes.append(f"torchtitan 0.3.0 config {path.name}:{function}(), read with ast; flavor shapes from torchtitan 0.2.2's "
                    "registry (the 0.3.0 parameter counts are the same, docs/research/titan_deepspeed.md B.3)")
     base = getattr(cfg, "imported", None)

@@ -78,6 +78,8 @@ def fixed_from_flags(**kw) -> dict:
 
         if fixed["schedule"] not in SCHEDULE_FORMS:
             raise InputError("--schedule", fixed["schedule"], " | ".join(SCHEDULE_FORMS))
+        if fixed["schedule"] == "1f1b" and fixed.get("vpp", 1) > 1:  # ParallelConfig would turn it interleaved
+            raise InputError("--vpp", fixed["vpp"], "1 with --schedule 1f1b (virtual stages are the interleaved schedule: --schedule interleaved)")
     if "zero" in fixed and fixed["zero"] not in (0, 1, 2, 3):
         raise InputError("--zero", fixed["zero"], "0, 1, 2 or 3")
     from planner.specs import CUDA_GRAPHS, MOE_DISPATCHERS  # noqa: PLC0415

@@ -85,6 +85,18 @@ def interleaving_ok(lps: tuple[int, ...], vpp: int, engine: Engine) -> bool:
     return all(n % vpp == 0 and n >= vpp for n in lps)
 
 
+def attention_kernel(engine: Engine, gpu: GpuSpec, given: str | None = None) -> str:
+    """The attention kernel: ``given`` (the user's), else flash where the engine and the GPU have it."""
+    return given or ("flash" if engine.flash_attention and supports_flash(gpu) else "unfused")
+
+
+def cp_attention_why(engine: Engine, attention: str | None) -> str | None:
+    """Why context parallelism cannot run with this attention kernel on ``engine`` (None: it can)."""
+    if engine.cp_needs_flash and attention != "flash":
+        return "with unfused attention (its context parallelism runs on flash/fused attention kernels only)"
+    return None
+
+
 def engine_flags(engine: Engine, gpu: GpuSpec, tp: int, zero: int, given: dict | None = None, pp: int = 1) -> dict:
     """The engine-decided fields for tensor degree ``tp`` and ZeRO stage ``zero``: sequence
     parallelism, attention kernel, the TP and data-parallel overlaps. ``given`` holds values the
@@ -92,7 +104,7 @@ def engine_flags(engine: Engine, gpu: GpuSpec, tp: int, zero: int, given: dict |
     g = {k: v for k, v in (given or {}).items() if v is not None}
     sp = g.get("sequence_parallel", bool(engine.sequence_parallel and tp > 1))
     out = {"sequence_parallel": sp,
-           "attention": g.get("attention", "flash" if engine.flash_attention and supports_flash(gpu) else "unfused"),
+           "attention": attention_kernel(engine, gpu, g.get("attention")),
            "tp_comm_overlap": g.get("tp_comm_overlap", bool(engine.tp_comm_overlap and sp and tp > 1
                                                              and engine.tp_comm_overlap_default is not False)),
            "async_tp_allreduce": g.get("async_tp_allreduce", engine.async_tp_allreduce),
@@ -349,6 +361,8 @@ def check_engine(model: ModelSpec, job: Job, par: ParallelConfig, engine: Engine
     mtp_rule(engine, model)
     if job.fp8_param_gather and par.zero == 0:
         raise InputError("parallel.zero", 0, f"1 or more on {e} with job.fp8_param_gather (FP8 weights are gathered by a sharded optimizer or FSDP)")
+    if par.cp > 1 and (why := cp_attention_why(engine, par.attention)) is not None:
+        raise InputError("parallel.cp", par.cp, f"1 on {e} {why}")
     if par.attention == "flash" and not engine.flash_attention:
         raise InputError("parallel.attention", "flash", f"unfused on {e}")
     if par.pp > 1 and par.schedule not in engine.schedules:
@@ -356,6 +370,8 @@ def check_engine(model: ModelSpec, job: Job, par: ParallelConfig, engine: Engine
     if par.vpp > 1:
         if par.pp == 1:
             raise InputError("parallel.vpp", par.vpp, "1 without pipeline parallelism")
+        if par.schedule in ("gpipe", "zb-h1", "zb-h2"):  # one model chunk per rank
+            raise InputError("parallel.vpp", par.vpp, f"1 with the {par.schedule} schedule (one chunk per rank)")
         if "interleaved" not in engine.schedules and par.schedule not in ("zb-v", "dualpipe"):
             raise InputError("parallel.vpp", par.vpp, f"1 on {e} (no interleaved schedule)")
         if not interleaving_ok(lps, par.vpp, engine):

@@ -168,6 +168,9 @@ class Engine:
     padded_interleaving: bool = False  # noop layers pad rank 0's first and the last rank's last chunk (ZB fork)
     moe_a2a_overlap: bool = False  # the expert all-to-all overlapped with another micro-batch's compute
     moe_flex_dispatcher: bool = False  # DeepEP / HybridEP token dispatch (one copy per destination rank and node)
+    # context parallelism only on flash/fused attention kernels (Megatron-core: TE's DotProductAttention;
+    # its unfused backend and Megatron's local attention refuse cp > 1)
+    cp_needs_flash: bool = False
     cuda_graphs: bool = False  # CUDA-graph capture of layers or of the whole step (--cuda-graph-impl)
     mtp: bool = False  # multi-token prediction modules on the last pipeline stage (--mtp-num-layers)
     # the interleaved schedule's send/recv posted asynchronously and waited only before the chunk
@@ -299,6 +302,7 @@ def _from_dict(d: dict, where: str) -> Engine:
         moe_a2a_overlap=bool(feats.get("moe_a2a_overlap", False)),
         moe_flex_dispatcher=bool(feats.get("moe_flex_dispatcher", False)),
         cuda_graphs=bool(feats.get("cuda_graphs", False)),
+        cp_needs_flash=bool(feats.get("cp_needs_flash", False)),
         mtp=bool(feats.get("mtp", False)),
         overlap_p2p_comm=bool(feats.get("overlap_p2p_comm", False)),
         tp_sequence_dim_copies=bool(feats.get("tp_sequence_dim_copies", False)),

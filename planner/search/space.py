@@ -24,7 +24,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from planner.cost.rules import tp_ok
-from planner.engines import Engine, a2a_overlap_why, cuda_graph_why, default_etp, default_split, flex_dispatcher_why, get_engine, interleaving_ok, resolve
+from planner.engines import Engine, a2a_overlap_why, attention_kernel, cp_attention_why, cuda_graph_why, default_etp, default_split, flex_dispatcher_why, get_engine, interleaving_ok, resolve
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
 __all__ = ["SearchOptions", "divisors", "candidates", "candidate_tuples", "to_parallel", "schedules_for", "FIELDS", "TUPLE_FIELDS"]
@@ -134,6 +134,8 @@ def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: Sea
         tps = [t for t in tps if t <= dom]
     tps = _pick(fx, "tp", tps)
     max_cp = opts.max_cp if eng.context_parallel else 1
+    if cp_attention_why(eng, attention_kernel(eng, cluster.gpu, fx.get("attention"))) is not None:
+        max_cp = 1  # e.g. Megatron-core without flash attention (V100): no context parallelism
     cps = _pick(fx, "cp", [c for c in divisors(n) if c <= max_cp and (c == 1 or job.seq_len % (2 * c) == 0)])
     pps = _pick(fx, "pp", [p for p in divisors(n) if p <= model.layers])
     # FP8 weight gathers need a sharded optimizer or FSDP (Megatron arguments.py: --fp8-param-gather)

@@ -46,3 +46,20 @@ def test_interleaved_needs_virtual_stages():
     code, _, err = _run(["estimate", "--model", "llama3.1-8b", "--gpus", "8", "-b", "64", "-s", "4096", "--pp", "2", "--schedule", "interleaved",
                          "--vpp", "2"])
     assert code == 0, err
+
+
+def test_one_f_one_b_with_virtual_stages_is_refused_not_turned_interleaved():
+    for cmd in ("estimate", "plan"):
+        code, _, err = _run([cmd, "--model", "gpt3-1.3b", "--gpus", "8", "--pp", "2", "--vpp", "2", "--schedule", "1f1b"])
+        assert code == 2 and len(err.strip().splitlines()) == 1, (cmd, err)
+        assert "--vpp: got 2" in err and "--schedule interleaved" in err
+
+
+def test_single_chunk_schedules_refuse_virtual_stages():
+    for engine, sched in (("torchtitan", "gpipe"), ("megatron-zb", "zb-h1"), ("megatron-zb", "zb-h2")):
+        code, _, err = _run(["estimate", "--model", "gpt3-1.3b", "--gpus", "8", "--pp", "2", "--vpp", "2", "--schedule", sched,
+                             "--engine", engine])
+        assert code == 2 and f"1 with the {sched} schedule" in err, (engine, sched, err)
+    code, _, err = _run(["estimate", "--model", "gpt3-1.3b", "--gpus", "8", "--pp", "2", "--vpp", "2", "--schedule", "interleaved",
+                         "--engine", "torchtitan"])
+    assert code == 0, err

@@ -149,3 +149,25 @@ def test_data_parallel_overlaps_follow_the_engine(engine, expect):
     seen = {(p.zero, p.overlap_param_gather, p.overlap_grad_reduce)
             for p in candidates(model, make_cluster("a100-sxm4-80gb", 8), job, SearchOptions(engine=engine))}
     assert seen == expect
+
+
+def test_megatron_core_runs_context_parallelism_only_on_flash_attention():
+    """TE disables its unfused attention under context parallelism and Megatron's local attention
+    asserts cp == 1: on V100 (no flash kernel) or with attention fixed unfused, megatron-core
+    plans keep cp = 1 and a fixed cp > 1 is refused naming the rule; torchtitan is not bound by it."""
+    from planner.errors import InputError  # noqa: PLC0415
+
+    model = load_model("llama3.1-8b")
+    v100 = make_cluster("v100-sxm2-32gb", 16)
+    job = Job(seq_len=32768, global_batch_size=16, precision="fp16")
+    res = plan(model, v100, job, top_k=20, options=SearchOptions(engine="megatron-core"))
+    assert res.plans and {p.parallel.cp for p in res.plans} == {1}
+    for fixed, cluster in (({"cp": 2}, v100), ({"cp": 2, "attention": "unfused"}, make_cluster("a100-sxm4-80gb", 16))):
+        with pytest.raises(InputError, match="parallel.cp.*unfused attention"):
+            plan(model, cluster, job, top_k=1, options=SearchOptions(engine="megatron-core", fixed=fixed))
+    a100 = make_cluster("a100-sxm4-80gb", 16)
+    assert plan(model, a100, job, top_k=1, options=SearchOptions(engine="megatron-core", fixed={"cp": 2})).plans[0].parallel.cp == 2
+    with pytest.raises(InputError, match="parallel.cp.*unfused attention"):
+        from planner.specs import ParallelConfig  # noqa: PLC0415
+
+        estimate(model, v100, job, ParallelConfig(tp=8, cp=2), engine="megatron-core")

@@ -1,0 +1,96 @@
+"""``planner check LAUNCH.sh`` for torchtitan: the job file the script starts, its world and its
+``--section.key`` overrides (planner.check.titan_launch)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from planner.check import check_job, read_job
+from planner.errors import InputError
+
+from tests.conftest import SHARED_ENGINES, run_cli
+
+TT_TOML = SHARED_ENGINES / "torchtitan" / "v0.2-toml" / "llama3_8b.toml"
+needs_toml = pytest.mark.skipif(not TT_TOML.is_file(), reason="../shared/engines (torchtitan's job configs) is not beside the project")
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tt")
+    code, _, err = run_cli(["plan", "--model", "llama3.1-8b", "--gpus", "16", "--engine", "torchtitan", "--emit", "torchtitan",
+                            "--out", str(out / "job"), "--top", "1"])
+    assert code == 0, err
+    return out / "job"
+
+
+def test_planners_own_launch_scripts_read_as_their_job_files(launched):
+    """Each launch script alone reads the job it starts: the same job as its TOML / config module."""
+    toml = read_job([str(launched / "torchtitan_job.toml")])
+    for script in ("torchtitan_launch.sh", "torchtitan030_launch.sh"):
+        cj = read_job([str(launched / script)])
+        assert cj.parallel == toml.parallel and cj.cluster.num_gpus == 16, script
+        assert cj.files[0].endswith(script)  # listed first: an edit is read back with it
+    code, out, err = run_cli(["check", str(launched / "torchtitan_launch.sh")])
+    assert code == 0, err
+    assert "torchtitan_launch.sh, " in out and "torchtitan_job.toml  [torchtitan-toml" in out
+
+
+@needs_toml
+def test_world_and_overrides_of_a_users_script(tmp_path):
+    shutil.copy(TT_TOML, tmp_path / "llama3_8b.toml")
+    (tmp_path / "train.sh").write_text(
+        "#!/bin/bash\nNNODES=2\n"
+        "torchrun --nnodes $NNODES --nproc_per_node=8 -m torchtitan.train --job.config_file llama3_8b.toml \\\n"
+        "  --parallelism.tensor_parallel_degree 2 --parallelism.pipeline_parallel_degree=2 --training.local_batch_size 4 \\\n"
+        "  --parallelism.no_disable_loss_parallel\n")
+    cj = read_job([str(tmp_path / "train.sh")])
+    p = cj.parallel
+    assert cj.cluster.num_gpus == 16 and cj.cluster.gpus_per_node == 8
+    assert "torchrun --nproc-per-node 8 x --nnodes 2" in cj.sources["hardware.num_gpus"][1].where
+    assert (p.tp, p.pp, p.dp) == (2, 2, 4)  # dp_shard = -1: the rest of 16
+    assert cj.job.global_batch_size == 16 and p.micro_batch_size == 1  # local batch 4 x dp 4; pipeline micro-batches of 1
+    assert "train.sh:3 --parallelism.tensor_parallel_degree" in cj.sources["parallel.tp"][1].where
+    # an edit of a degree the command line sets cannot go into the TOML: refused, naming the flag
+    r = check_job(cj, top=3, time_limit_s=4)
+    refused = [ed for ed in r.edits if ed is not None and "command line" in ed.problem]
+    assert refused and all("--parallelism.tensor_parallel_degree" in ed.problem and ed.verified is False for ed in refused)
+    assert any(ed is not None and ed.verified for ed in r.edits)  # a change of TOML-only keys is written and read back
+
+
+@needs_toml
+def test_run_train_sh_reads_config_file_and_ngpu(tmp_path):
+    shutil.copy(TT_TOML, tmp_path / "llama3_8b.toml")
+    (tmp_path / "go.sh").write_text("NGPU=4 CONFIG_FILE=./llama3_8b.toml ./run_train.sh --parallelism.tensor_parallel_degree 2\n")
+    cj = read_job([str(tmp_path / "go.sh")])
+    assert cj.cluster.num_gpus == 4 and (cj.parallel.tp, cj.parallel.dp) == (2, 2)
+
+
+@needs_toml
+def test_bad_launches_get_one_line_errors(tmp_path):
+    shutil.copy(TT_TOML, tmp_path / "llama3_8b.toml")
+    cases = {
+        "nofile.sh": ("torchrun --nproc_per_node 8 -m torchtitan.train\n", "--job.config_file"),
+        "missing.sh": ("torchrun --nproc_per_node 8 -m torchtitan.train --job.config_file other.toml\n", "other.toml"),
+        "unknown.sh": ("torchrun --nproc_per_node 8 -m torchtitan.train --job.config_file llama3_8b.toml --parallelism.tp 2\n",
+                       "a key of torchtitan's JobConfig"),
+        "typed.sh": ("torchrun --nproc_per_node 8 -m torchtitan.train --job.config_file llama3_8b.toml "
+                     "--parallelism.tensor_parallel_degree two\n", "type int"),
+        "noconfig.sh": ("./run_train.sh\n", "CONFIG_FILE"),
+    }
+    for name, (text, expected) in cases.items():
+        (tmp_path / name).write_text(text)
+        with pytest.raises(InputError, match=expected.replace(".", r"\.")):
+            read_job([str(tmp_path / name)])
+        code, _, err = run_cli(["check", str(tmp_path / name)])
+        assert code == 2 and len(err.strip().splitlines()) == 1, (name, err)
+
+
+def test_a_030_module_with_overrides_is_refused(launched, tmp_path):
+    for f in launched.iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    sh = tmp_path / "torchtitan030_launch.sh"
+    sh.write_text(sh.read_text().replace('    "$@"', '    --parallelism.tensor_parallel_degree 2 "$@"'))
+    with pytest.raises(InputError, match="no command-line override of a 0.3.0 config module"):
+        read_job([str(sh)])
