@@ -134,6 +134,10 @@ def _model(d: Draft, o: Overrides) -> tuple[ModelSpec, str]:
     if o.model is not None:
         base = load_model(o.model)
         model_id = o.model
+        from planner.io.hf_import import import_notes  # noqa: PLC0415
+
+        if (notes := import_notes(base)) is not None:
+            d.notes.append(notes)
         for f in MODEL_FIELDS:
             d.values.pop(f"model.{f}", None)
         d.set("model", o.model, "flag", "--model")

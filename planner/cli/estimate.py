@@ -8,6 +8,7 @@ import typer
 from rich.text import Text
 
 from planner.cli import options as O
+from planner.io.hf_import import import_notes
 from planner.cli.app import app
 from planner.cli.common import Setup, emit_json, plan_document, setup_from_cli
 from planner.units import fmt_precision
@@ -84,6 +85,8 @@ def estimate_cmd(
             unset.append(f"cross_entropy={est.cross_entropy}")
         if unset:
             con.print(f"unset, as the planner's {setup.engine} launch files run it: " + ", ".join(unset))
+        if (notes := import_notes(setup.model)) is not None:
+            con.print(notes, style="dim")
     if not est.fits:
         import sys  # noqa: PLC0415
 

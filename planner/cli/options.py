@@ -105,3 +105,4 @@ def parse_layers(text: str | None) -> tuple[int, ...] | None:
     if any(x < 0 for x in out):
         raise InputError("--layers-per-stage", text, "layer counts >= 0")
     return out
+

@@ -8,6 +8,7 @@ import typer
 
 from planner.cli import goodput as G
 from planner.cli import options as O
+from planner.io.hf_import import import_notes
 from planner.cli.app import app
 from planner.cli.common import emit_json, plan_document, precision_text, setup_from_cli
 from planner.report.tables import busy, console, plans_legend, plans_view, recommendation, search_line, wrap
@@ -136,9 +137,8 @@ def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, net
     con.print(search_line(result))
     for note in (result.notes if result.engine == "auto" else []):
         con.print(wrap(note), style="dim")
-    src = setup.model.source
-    if src.startswith("Hugging Face config.json") and "; " in src:  # what the import assumed (planner models show FILE)
-        con.print(wrap("model import notes: " + src.split("; ", 1)[1]), style="dim")
+    if (notes := import_notes(setup.model)) is not None:
+        con.print(wrap(notes), style="dim")
     for line in gp_text:
         con.print(wrap(line), highlight=False, soft_wrap=True)
     if explain:

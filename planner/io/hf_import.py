@@ -22,7 +22,7 @@ from typing import Any
 from planner.errors import InputError
 from planner.specs import ModelSpec, MoESpec
 
-__all__ = ["looks_like_hf_config", "model_from_hf_config"]
+__all__ = ["import_notes", "looks_like_hf_config", "model_from_hf_config"]
 
 ROOT = "config.json"
 
@@ -350,4 +350,13 @@ def _rope_theta(d: dict) -> float | None:
         v = d.get(key)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
             return float(v)
+    return None
+
+
+def import_notes(model) -> str | None:
+    """What a Hugging Face import assumed (its notes ride on ``ModelSpec.source`` after "; "),
+    for plan, estimate and check to print; None for presets and YAML files."""
+    src = model.source
+    if src.startswith("Hugging Face config.json") and "; " in src:
+        return "model import notes: " + src.split("; ", 1)[1]
     return None

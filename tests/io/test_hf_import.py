@@ -246,3 +246,21 @@ def test_sliding_window_is_noted() -> None:
     assert "sliding_window 4096" in model_from_hf_config({**base, "sliding_window": 4096}).source
     assert "sliding_window" not in model_from_hf_config({**base, "sliding_window": 4096, "use_sliding_window": False}).source
     assert "sliding_window" not in model_from_hf_config({**base, "sliding_window": None}).source
+
+
+def test_import_notes_reach_plan_estimate_and_check(tmp_path) -> None:
+    """The import's assumptions (here Mistral's sliding window priced as full attention) are
+    printed by every command that prices the model, not only by plan."""
+    from tests.conftest import run_cli  # noqa: PLC0415
+
+    cfg = str(FIX / "mistral-7b-v0.1.json")
+    common = ["--model", cfg, "--gpu", "a100-sxm4-80gb", "--gpus", "8", "-s", "8192"]
+    for argv in (["plan", *common, "--top", "1"], ["estimate", *common, "--tp", "2"]):
+        code, out, err = run_cli(argv)
+        assert code == 0, err
+        assert "model import notes: sliding_window 4096" in out, argv[0]
+    code, out, err = run_cli(["plan", *common, "--top", "1", "--emit", "megatron", "--out", str(tmp_path / "m")])
+    assert code == 0, err
+    code, out, err = run_cli(["check", str(tmp_path / "m" / "megatron_launch.sh"), "--model", cfg])
+    assert code in (0, 1), err
+    assert "note: model import notes: sliding_window 4096" in out
