@@ -31,7 +31,7 @@ from planner.engines.profile import Engine
 from planner.errors import InputError
 from planner.specs import Job, ModelSpec, ParallelConfig
 
-__all__ = ["stage_peak", "describe_peak", "DEEPSPEED_REDUCE_BUCKET_ELEMENTS"]
+__all__ = ["stage_peak", "describe_peak", "stage_grad_sync", "fsdp2_unsharded_all_step", "DEEPSPEED_REDUCE_BUCKET_ELEMENTS"]
 
 # DeepSpeed's reduce_bucket_size default (deepspeed/runtime/zero/config.py, 5e8 elements): the
 # contiguous gradient bucket ZeRO-2/3 allocates for its reductions (stage_1_and_2.py ipg buffer).
@@ -43,6 +43,17 @@ def _mode(engine: Engine, zero: int, pp: int):
         return engine.mode(zero, pp)
     except InputError:  # priced unchecked (validate=False): the engine's nearest semantics
         return None
+
+
+def stage_grad_sync(engine: Engine, zero: int, pp: int) -> str:
+    """When the engine's gradients are synchronised (planner.cost.memory.state_bytes_per_param's
+    ``grad_sync``): its sharding mode's, except that torch pipelining turns FSDP2's gradient sync
+    off until the last micro-batch (ZeRO >= 2 with pp > 1). The memory model and the search's
+    memory bound (planner.search.bounds) both read it."""
+    mode = _mode(engine, zero, pp)
+    if engine.memory.states == "fsdp2" and pp > 1 and zero >= 2:
+        return "step"
+    return mode.grad_sync if mode is not None else "microbatch"
 
 
 def fsdp2_unsharded_all_step(engine: Engine, zero: int, pp: int) -> bool:
@@ -94,9 +105,7 @@ def _stage_peak(model: ModelSpec, job: Job, key: tuple, stage: int, n: int, para
     mode = _mode(engine, zero, pp)
     shard = par.zero_shard_degree or par.dp * par.cp
     shard_e = max(1, shard * par.tp // (par.ep * (par.etp or par.tp)))
-    grad_sync = mode.grad_sync if mode is not None else "microbatch"
-    if mem.states == "fsdp2" and pp > 1 and zero >= 2:
-        grad_sync = "step"  # torch pipelining turns gradient sync off until the last micro-batch
+    grad_sync = stage_grad_sync(engine, zero, pp)
     key = (prec, zero, job.grad_reduce, C, mem.states, grad_sync, mem.fp8_weight_cache, mem.foreach_optimizer_temp,
            fp8_gathers(engine, job, zero))
     st = M.state_bytes_per_param(key[0], key[1], shard, *key[2:])

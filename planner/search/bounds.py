@@ -10,7 +10,7 @@ from planner.cost.stages import layer_costs, p2p_send_time, stage_time_parts
 from planner.cost.step import pipeline_form
 from planner.cost.flops import embedding_params, layer_params
 from planner.cost.memory import activation_bytes_per_layer, state_bytes_per_param
-from planner.cost.memory_peak import fsdp2_unsharded_all_step
+from planner.cost.memory_peak import fsdp2_unsharded_all_step, stage_grad_sync
 from planner.engines.policy import fp8_gathers
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
@@ -26,7 +26,10 @@ def states_bound_fn(model: ModelSpec, precision: str, C: Constants, min_first: i
     """A fast function (tp, pp, dp, cp, ep, zero) -> model-state bytes per GPU on the most loaded
     stage, ignoring activations (a lower bound of the peak memory). ``engine``: its model-state
     recipe (planner.cost.memory.state_bytes_per_param: what every moment of its step holds).
-    ``parts``: return (bytes per layer, bytes of the embedding on the first stage) instead.
+    ``parts``: return (bytes per layer, bytes of the embedding on the first stage) held all step
+    and the same two of what the optimizer-step moment adds (the gradients FSDP2 allocates per
+    step, the optimizer's temporaries: planner.cost.memory_peak prices that moment as the held
+    states plus these, so a stage needs at least both) instead; the bound itself counts both.
     ``fp8_params``: FP8 primary weights wherever the weights are sharded (ZeRO >= 1;
     planner.engines.fp8_gathers)."""
     # With dense first layers (DeepSeek-V3) a stage may hold either kind, so each layer is
@@ -39,15 +42,20 @@ def states_bound_fn(model: ModelSpec, precision: str, C: Constants, min_first: i
     emb_full = embedding_params(model)["embedding"]
     bpp_cache: dict = {}
 
-    def bpp(zero: int, shard: int) -> float:
-        if (zero, shard) not in bpp_cache:
+    def bpp(zero: int, shard: int, pp: int) -> tuple[float, float]:
+        """(held all step, added at the optimizer step) bytes per parameter."""
+        key = (zero, shard, pp > 1)
+        if key not in bpp_cache:
             # no engine: Megatron's recipe with TE's FP8 weight copy (memory.bytes_per_param)
-            states, cache = ("megatron", C.FP8_WEIGHT_COPY_BYTES_PER_PARAM) if engine is None else \
-                (engine.memory.states, engine.memory.fp8_weight_cache)
-            st = state_bytes_per_param(precision, zero, shard, grad_reduce, C, states, "step", cache,
+            if engine is None:
+                states, cache, sync, temp = "megatron", C.FP8_WEIGHT_COPY_BYTES_PER_PARAM, "step", 0.0
+            else:
+                states, cache, temp = engine.memory.states, engine.memory.fp8_weight_cache, engine.memory.foreach_optimizer_temp
+                sync = stage_grad_sync(engine, zero, pp) if zero in engine.zero_stages else "step"
+            st = state_bytes_per_param(precision, zero, shard, grad_reduce, C, states, sync, cache, temp,
                                        fp8_params=fp8_params and zero >= 1)
-            bpp_cache[(zero, shard)] = st["weights"] + st["gradients"] + st["optimizer"]
-        return bpp_cache[(zero, shard)]
+            bpp_cache[key] = (st["weights"] + st["gradients"] + st["optimizer"], st["step_gradients"] + st["optimizer_step"])
+        return bpp_cache[key]
 
     def gathered(pp: int, zero: int) -> float:
         """Bytes per parameter FSDP2 keeps unsharded all step (memory_peak.fsdp2_unsharded_all_step),
@@ -56,14 +64,21 @@ def states_bound_fn(model: ModelSpec, precision: str, C: Constants, min_first: i
             return 0.0
         return 1.0 if precision == "fp8" else 2.0
 
-    def bound(tp: int, pp: int, dp: int, cp: int, ep: int, zero: int) -> float:
+    def per_layer(tp: int, ep: int, b: float, be: float) -> float:
+        return min(((k["attention"] + k["mlp"]) / tp + k["norms"]) * b + k["experts"] / (tp * ep) * be for k in kinds)
+
+    def bound(tp: int, pp: int, dp: int, cp: int, ep: int, zero: int):
         shard = dp * cp
         g = gathered(pp, zero)
-        b, be = bpp(zero, shard) + g, bpp(zero, max(1, shard // ep)) + g
-        per = min(((k["attention"] + k["mlp"]) / tp + k["norms"]) * b + k["experts"] / (tp * ep) * be for k in kinds)
+        (b, b_step), (be, be_step) = bpp(zero, shard, pp), bpp(zero, max(1, shard // ep), pp)
+        b, be = b + g, be + g
         emb = emb_full / tp
+        emb_copies = 1 if (pp > 1 or model.tied_embeddings) else 2
         if parts:
-            return per, emb * b * (1 if (pp > 1 or model.tied_embeddings) else 2)
+            return (per_layer(tp, ep, b, be), emb * b * emb_copies,
+                    per_layer(tp, ep, b_step, be_step), emb * b_step * emb_copies)
+        b, be = b + b_step, be + be_step  # the optimizer-step moment holds both
+        per = per_layer(tp, ep, b, be)
         layers = -(-model.layers // pp)  # some stage holds at least this many layers
         if pp == 1:
             return layers * per + emb * (1 if model.tied_embeddings else 2) * b
@@ -119,7 +134,7 @@ def memory_bound_fn(model: ModelSpec, job: Job, C: Constants, engine, capacity_b
     in_flight: dict = {}
 
     def may_fit(tp, pp, dp, cp, ep, v, mb, rec, zero, schedule, sp, flash, unit) -> bool:
-        per, emb = states(tp, pp, dp, cp, ep, zero)
+        per, emb, per_step, emb_step = states(tp, pp, dp, cp, ep, zero)
         spx = bool(sp and tp > 1)
         ak = (tp, cp, spx, mb, rec, flash)
         a = acts.get(ak)
@@ -131,10 +146,14 @@ def memory_bound_fn(model: ModelSpec, job: Job, C: Constants, engine, capacity_b
         room0 = capacity_bytes - C.FRAMEWORK_BUFFER_BYTES
         k0 = in_flight_lower_bound(schedule if pp > 1 else "1f1b", 0, pp, m)
         held = logits * mb * s / cp * model.vocab / tp  # one micro-batch's held logits, on the last rank
+        # the optimizer-step moment: the held states and the step's gradients and temporaries
+        # (allocated within the step: they carry the allocator's reserve), per layer
+        step_layer = per + grow * per_step
         if pp == 1:  # one stage, first and last: every layer, the embedding and the held logits at the loss
-            return L * (per + grow * k0 * a) + grow * k0 * held <= room0 - emb
-        if L * (per + grow * k0 * a) <= room0 - emb + grow * k0 * v * x:
-            return True  # the fullest stage could hold every layer: any split's stages can
+            return (L * (per + grow * k0 * a) + grow * k0 * held <= room0 - emb
+                    and L * step_layer <= room0 - emb - grow * emb_step)
+        if L * (per + grow * k0 * a) <= room0 - emb + grow * k0 * v * x and L * step_layer <= room0 - emb - grow * emb_step:
+            return True  # the fullest stage could hold every layer at both moments: any split's stages can
         kk = (schedule, pp, m)
         ks = in_flight.get(kk)
         if ks is None:
@@ -145,7 +164,10 @@ def memory_bound_fn(model: ModelSpec, job: Job, C: Constants, engine, capacity_b
             room[-1] -= grow * ks[-1] * held  # the loss's held logits, last rank
         if room.min() < 0:
             return False
-        n_max = np.minimum(L, unit * np.floor(room / (per + grow * ks * a) / unit * (1 + 1e-12)))
+        n_act = room / (per + grow * ks * a)
+        room_step = np.full(pp, room0)
+        room_step[0] -= emb + grow * emb_step
+        n_max = np.minimum(L, unit * np.floor(np.minimum(n_act, room_step / step_layer) / unit * (1 + 1e-12)))
         least = np.full(pp, v)
         if v > 1 and outer_short:
             least[0] = least[-1] = v - 1
