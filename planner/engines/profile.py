@@ -400,5 +400,5 @@ def get_engine(engine: "str | Engine | None" = None) -> Engine:
     if name not in ENGINE_NAMES:
         hint = suggest(name, ENGINE_NAMES)
         also = " (auto: plan only)" if name == AUTO else ""
-        raise InputError("--engine", engine, f"one of {', '.join(ENGINE_NAMES)}{also}" + (f" ({hint})" if hint else ""))
+        raise InputError("engine", engine, f"one of {', '.join(ENGINE_NAMES)}{also}" + (f" ({hint})" if hint else ""))
     return _load(name)
