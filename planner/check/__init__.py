@@ -32,10 +32,10 @@ def check_job(cj: CheckedJob, top: int = 5, time_limit_s: float | None = None, e
     from planner.check.changes import best_changes  # noqa: PLC0415
     from planner.check.findings import findings  # noqa: PLC0415
     from planner.check.report import CheckReport  # noqa: PLC0415
-    from planner.cost.estimate import estimate  # noqa: PLC0415
+    from planner.check.job import estimate_as_written  # noqa: PLC0415
 
     try:
-        e = estimate(cj.model, cj.cluster, cj.job, cj.parallel, cj.engine)
+        e = estimate_as_written(cj)
     except InputError as exc:  # name the file and line the refused value was read from
         src = cj.sources.get(exc.field)
         if src is not None and src[1].kind == "file":
@@ -48,13 +48,18 @@ def check_job(cj: CheckedJob, top: int = 5, time_limit_s: float | None = None, e
         from planner.search.plan import TIME_LIMIT_S  # noqa: PLC0415  (the CLI's --time-limit)
 
         time_limit_s = TIME_LIMIT_S.get()
-    chs = best_changes(cj, e, k=top, time_limit_s=time_limit_s) if top > 0 else []
+    # With pipeline flushes the changes are measured from the same configuration in one pipeline
+    # run per step (the pipeline-flushes finding): their gains are the change's own, and their
+    # edits write the whole local batch.
+    one = dataclasses.replace(cj, flushes=1)
+    base = estimate_as_written(one) if cj.flushes > 1 else None
+    chs = best_changes(one, base or e, k=top, time_limit_s=time_limit_s) if top > 0 else []
     eds = []
     if edits and cj.editor is not None:
         from planner.check.edits import edit_for  # noqa: PLC0415
 
-        eds = [edit_for(cj, ch.parallel) for ch in chs]
-    return CheckReport(cj, e, found, chs, eds)
+        eds = [edit_for(one, ch.parallel) for ch in chs]
+    return CheckReport(cj, e, found, chs, eds, base)
 
 
 def _with_edit(cj: CheckedJob, f):
@@ -66,6 +71,8 @@ def _with_edit(cj: CheckedJob, f):
         # the fusion with its native implementation (a --cross-entropy-fusion-impl te goes: Megatron-LM refuses it)
         return dataclasses.replace(f, edit=option_edit(cj, {"--cross-entropy-loss-fusion": True, "--cross-entropy-fusion-impl": None},
                                                        {"cross_entropy": "native"}))
+    if f.evidence.get("one_pipeline"):  # the same configuration in one pipeline run per step
+        return dataclasses.replace(f, edit=edit_for(dataclasses.replace(cj, flushes=1), cj.parallel))
     if f.evidence.get("parallel"):  # an engine switch of the parallel configuration
         return dataclasses.replace(f, edit=edit_for(cj, cj.parallel.replace(**f.evidence["parallel"])))
     return f

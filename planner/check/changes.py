@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from planner.check.job import CheckedJob
+from planner.check.job import CheckedJob, estimate_as_written
 from planner.cost.estimate import estimate
 from planner.cost.result import Estimate
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
@@ -70,7 +70,7 @@ def what_if(cj: CheckedJob, **fields) -> Estimate | None:
     re-decided by the engine), or None when the engine refuses it."""
     par = cj.parallel.replace(**fields)
     try:
-        return estimate(cj.model, cj.cluster, cj.job, par, cj.engine)
+        return estimate_as_written(replace(cj, parallel=par))  # as the files run it: their pipeline flushes kept
     except InputError:
         return None
 

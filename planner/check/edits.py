@@ -116,6 +116,8 @@ def verify(cj, ed: Edit, par: ParallelConfig, job: dict | None = None) -> None:
             o = _with_command_line(o, ed.command_line)
         back = read_job(args, o)
         bad = [(k, getattr(back.parallel, k), getattr(par, k)) for k in _same(back.parallel, par)]
+        if getattr(back, "flushes", 1) != getattr(cj, "flushes", 1):  # pipeline runs per step (torchtitan's local batch)
+            bad.append(("pipeline flushes", back.flushes, cj.flushes))
         bad += [(k, getattr(back.job, k), v) for k, v in (job or {}).items() if getattr(back.job, k) != v]
         ed.verified = not bad
         if bad:

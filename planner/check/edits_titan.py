@@ -64,7 +64,10 @@ def titan_settings(cj, par: ParallelConfig) -> dict:
             out[P + "pipeline_parallel_layers_per_stage"] = L // n_stages
             out[P + "pipeline_parallel_first_stage_less_layers"] = 0
             out[P + "pipeline_parallel_last_stage_less_layers"] = 0
-        out[T + "local_batch_size"] = par.micro_batch_size * m
+        flushes = getattr(cj, "flushes", 1)  # the job's pipeline runs per step, kept (1: one run of all m)
+        if m % flushes:
+            raise InputError("training.local_batch_size", f"{m} micro-batches", f"a multiple of the job's {flushes} pipeline flushes")
+        out[T + "local_batch_size"] = par.micro_batch_size * m // flushes
     else:
         out[T + "local_batch_size"] = par.micro_batch_size
     out[T + "global_batch_size"] = cj.job.global_batch_size

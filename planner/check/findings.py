@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from planner.check.changes import what_if
-from planner.check.job import CheckedJob
+from planner.check.job import CheckedJob, estimate_as_written
 from planner.cost.result import Estimate
 from planner.units import GIB
 
@@ -71,6 +71,7 @@ def findings(cj: CheckedJob, e: Estimate) -> list[Finding]:
                            "fragmentation beyond the modelled reserve", ev))
     for fid, text in cj.findings:
         out.append(Finding(fid, "warning", text, {}))
+    out += _flushes(cj, e)
     comm = {x["kind"]: x for x in e.comm}
     step = e.step_time_s
     if p.tp > c.nvlink_domain:
@@ -136,6 +137,25 @@ def findings(cj: CheckedJob, e: Estimate) -> list[Finding]:
     return out
 
 
+def _flushes(cj: CheckedJob, e: Estimate) -> list[Finding]:
+    """Gradient accumulation around the pipeline (torchtitan: local_batch_size below global / dp
+    under pp): every accumulation step is a pipeline run with its own bubble and gradient sync."""
+    import dataclasses  # noqa: PLC0415
+
+    if cj.flushes <= 1:
+        return []
+    one = estimate_as_written(dataclasses.replace(cj, flushes=1))
+    F, m, mb = cj.flushes, e.num_microbatches, cj.parallel.micro_batch_size
+    gain = e.step_time_s - one.step_time_s
+    text = (f"the step runs the pipeline {F} times (gradient accumulation of {m // F} micro-batch(es) each: local_batch_size "
+            f"{mb * m // F}), each run with its own bubble and gradient reduce-scatter; one run of all {m} micro-batches "
+            f"(local_batch_size {mb * m}) takes {one.step_time_s:.4g} s" + (f", {_pct(gain, e.step_time_s)}% faster" if gain > 0 else "")
+            + ("" if one.fits else f", but needs {_gib(one.memory_peak_bytes)} GiB"))
+    return [Finding("pipeline-flushes", "warning" if one.fits and gain > 0.01 * e.step_time_s else "info", text,
+                    {"flushes": F, "micro_batches": m, "step_s": e.step_time_s, "one_pipeline_step_s": one.step_time_s,
+                     "one_pipeline_fits": one.fits, "one_pipeline": one.fits})]
+
+
 def _loss_fusion(cj: CheckedJob, e: Estimate) -> list[Finding]:
     """Megatron-core's eager cross entropy where its fused one (--cross-entropy-loss-fusion) is faster."""
     import dataclasses  # noqa: PLC0415
@@ -145,7 +165,7 @@ def _loss_fusion(cj: CheckedJob, e: Estimate) -> list[Finding]:
 
     if cj.engine != "megatron-core" or cj.job.cross_entropy not in ("auto", "unfused"):
         return []
-    alt = estimate(cj.model, cj.cluster, dataclasses.replace(cj.job, cross_entropy="native"), cj.parallel, cj.engine)
+    alt = estimate_as_written(cj, dataclasses.replace(cj.job, cross_entropy="native"))
     step = e.step_time_s
     if alt.step_time_s >= step * 0.999:
         return []

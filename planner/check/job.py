@@ -52,6 +52,7 @@ class Draft:
     model: ModelSpec | None = None  # a whole model the file names (a preset, a torchtitan flavor)
     findings: list = field(default_factory=list)  # (id, text): problems the reader found in the file itself
     post: list = field(default_factory=list)  # (draft, cluster) -> None: settings that need the hardware
+    flushes: int = 1  # pipeline runs per step (torchtitan's gradient accumulation around the schedule)
 
     def set(self, name: str, value, kind: str, where: str) -> None:
         self.values[name] = (value, Source(kind, where))
@@ -98,6 +99,7 @@ class CheckedJob:
     model_id: str = ""
     findings: list = field(default_factory=list)
     overrides: object = None  # the Overrides it was read with (edits are read back with them)
+    flushes: int = 1  # pipeline runs per step (planner.cost.accumulation): torchtitan's gradient accumulation under pp
 
     def as_dict(self) -> dict:
         return {"format": self.fmt, "files": list(self.files), "engine": self.engine, "model_id": self.model_id,
@@ -236,11 +238,24 @@ def finish(d: Draft, o: Overrides | None = None) -> CheckedJob:
         raise AssertionError(f"reader {d.fmt} left {missing} unset")
     sources = {k: v for k, v in d.values.items()}
     return CheckedJob(d.fmt, list(d.files), d.engine, model, cluster, job, parallel, sources, list(d.ignored), list(d.unmodelled),
-                      list(d.notes), d.editor, model_id, list(d.findings))
+                      list(d.notes), d.editor, model_id, list(d.findings), flushes=d.flushes)
 
 
 def with_parallel(cj: CheckedJob, par: ParallelConfig) -> CheckedJob:
     return replace(cj, parallel=par)
 
 
-__all__.append("with_parallel")
+def estimate_as_written(cj: CheckedJob, job: Job | None = None):
+    """The estimate of ``cj``'s own configuration as its files run it: ``cj.flushes`` pipeline
+    runs of the step's micro-batches / flushes each (planner.cost.accumulation), else one."""
+    from planner.cost.accumulation import repeat_flushes  # noqa: PLC0415
+    from planner.cost.estimate import estimate  # noqa: PLC0415
+
+    job = job or cj.job
+    if cj.flushes <= 1:
+        return estimate(cj.model, cj.cluster, job, cj.parallel, cj.engine)
+    one = estimate(cj.model, cj.cluster, replace(job, global_batch_size=job.global_batch_size // cj.flushes), cj.parallel, cj.engine)
+    return repeat_flushes(one, cj.flushes)
+
+
+__all__ += ["with_parallel", "estimate_as_written"]

@@ -94,3 +94,33 @@ def test_a_030_module_with_overrides_is_refused(launched, tmp_path):
     sh.write_text(sh.read_text().replace('    "$@"', '    --parallelism.tensor_parallel_degree 2 "$@"'))
     with pytest.raises(InputError, match="no command-line override of a 0.3.0 config module"):
         read_job([str(sh)])
+
+
+@needs_toml
+def test_gradient_accumulation_under_pp_is_priced_as_flushes(tmp_path):
+    """local_batch_size below global / dp with a pipeline: one schedule run per accumulation
+    step (torchtitan train.py), each with its bubble: priced so, and the fix is a finding whose
+    edit writes the whole local batch (read back as one run)."""
+    text = TT_TOML.read_text().replace("pipeline_parallel_degree = 1", "pipeline_parallel_degree = 4")
+    assert "local_batch_size = 1\n" in text
+    toml = tmp_path / "job.toml"
+    toml.write_text(text)
+    sh = tmp_path / "train.sh"
+    sh.write_text("torchrun --nproc_per_node 8 -m torchtitan.train --job.config_file job.toml --training.local_batch_size 2 "
+                  "--training.global_batch_size 64\n")
+    cj = read_job([str(toml)])  # the TOML's own batch (global -1: local x dp): no accumulation
+    assert cj.flushes == 1
+    cj = read_job([str(sh)])
+    assert cj.parallel.pp == 4 and cj.parallel.dp == 2 and cj.flushes == 16  # 64 / (2 x 2)
+    r = check_job(cj, top=2, time_limit_s=4)
+    f = next(f for f in r.findings if f.id == "pipeline-flushes")
+    assert f.evidence["one_pipeline_step_s"] < r.estimate.step_time_s / 2
+    assert r.base is not None and r.base.step_time_s == f.evidence["one_pipeline_step_s"]
+    assert "command line" in f.edit.problem  # the local batch is the script's: the edit names its flag
+    # the accumulation written in the TOML: the edit goes into the TOML and reads back as one run
+    toml.write_text(text.replace("local_batch_size = 1\n", "local_batch_size = 2\nglobal_batch_size = 64\n"))
+    cj = read_job([str(toml)])
+    assert cj.flushes == 16
+    f = next(f for f in check_job(cj, top=0).findings if f.id == "pipeline-flushes")
+    assert f.edit.verified, f.edit.problem
+    assert "+local_batch_size = 32" in f.edit.diff
