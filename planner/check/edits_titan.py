@@ -145,12 +145,15 @@ class TomlFileEditor:
             new.update({k: v for k, v in _compile_for_async_tp(cur.get("compile.components")).items() if cur.get(k) != v})
         lines = self.text.split("\n")
         summary = []
+        clash = [(self.overrides[k][1], self.overrides[k][0], v) for k, v in new.items() if k in self.overrides and self.overrides[k][0] != v]
+        if clash:  # the script's flags win over the TOML: the change is theirs to make
+            where = clash[0][0].rsplit(" ", 1)[0]
+            raise InputError(f"{where} command line", ", ".join(f"{w.rsplit(' ', 1)[1]} {_toml_value(h)}" for w, h, _ in clash),
+                             ", ".join(f"{w.rsplit(' ', 1)[1]} {_toml_value(v)}" for w, _, v in clash)
+                             + " (the launch script's flags win over the TOML: change them there)")
         for key, value in new.items():
             if key in self.overrides:
-                if self.overrides[key][0] == value:
-                    continue
-                raise InputError(self.overrides[key][1], self.overrides[key][0], f"{_toml_value(value)}: the launch script's "
-                                 "command line sets it, over the TOML; change it there")
+                continue  # set on the command line, to this value
             have = cur.get(key)
             if have == value or (have is None and old.get(key) == value and key not in _ALWAYS):
                 continue
@@ -165,8 +168,10 @@ class TomlFileEditor:
                     summary.append(f"[parallelism] {key} removed")
         elif "parallelism.module_fqns_per_model_part" in new and "parallelism.pipeline_parallel_layers_per_stage" in cur:
             lines = _toml_del(lines, "parallelism", "pipeline_parallel_layers_per_stage")
+            summary.append("[parallelism] pipeline_parallel_layers_per_stage removed")
         elif "parallelism.pipeline_parallel_layers_per_stage" in new and "parallelism.module_fqns_per_model_part" in cur:
             lines = _toml_del(lines, "parallelism", "module_fqns_per_model_part")
+            summary.append("[parallelism] module_fqns_per_model_part removed")
         text = "\n".join(lines)
         try:
             tomllib.loads(text)  # the edit is valid TOML

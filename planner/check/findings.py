@@ -119,9 +119,7 @@ def findings(cj: CheckedJob, e: Estimate) -> list[Finding]:
         mean = sum(times) / len(times)
         mems = [s.total_bytes for s in e.stages]
         if max(times) > 1.05 * mean:
-            out.append(Finding("unbalanced-split", "warning", f"pipeline stages are unbalanced: the slowest takes "
-                               f"{100 * (max(times) / mean - 1):.0f}% more than the mean (layers {list(e.layers_per_stage)})",
-                               {"layers_per_stage": list(e.layers_per_stage), "stage_times_s": [round(t, 6) for t in times]}))
+            out.append(_unbalanced(cj, e, times, mean))
         elif max(mems) > 1.2 * (sum(mems) / len(mems)):
             out.append(Finding("unbalanced-split", "info", f"stage memory is uneven: {_gib(max(mems))} GiB on the fullest stage, "
                                f"{_gib(min(mems))} GiB on the emptiest", {"memory_by_stage_gib": [_gib(x) for x in mems]}))
@@ -135,6 +133,32 @@ def findings(cj: CheckedJob, e: Estimate) -> list[Finding]:
     for u in cj.unmodelled:
         out.append(Finding("unmodelled", "info", u, {}))
     return out
+
+
+def _unbalanced(cj: CheckedJob, e: Estimate, times: list, mean: float) -> Finding:
+    """Stages whose times differ: a warning with the faster split where the split program
+    (planner.search.split.optimal_split) finds one, else an info (the first and last stages
+    hold the embedding and the loss; no whole-layer split evens them)."""
+    from planner.cost.constants import DEFAULT_CONSTANTS  # noqa: PLC0415
+    from planner.engines import get_engine  # noqa: PLC0415
+    from planner.errors import InputError  # noqa: PLC0415
+    from planner.search.split import optimal_split  # noqa: PLC0415
+
+    lps = list(e.layers_per_stage)
+    text = f"pipeline stages are unbalanced: the slowest takes {100 * (max(times) / mean - 1):.0f}% more than the mean (layers {lps})"
+    ev = {"layers_per_stage": lps, "stage_times_s": [round(t, 6) for t in times]}
+    try:
+        best = optimal_split(cj.model, cj.cluster, cj.job, cj.parallel, e.memory_usable_bytes, DEFAULT_CONSTANTS, get_engine(cj.engine),
+                             time_limit_s=2.0)
+    except InputError:
+        best = None
+    alt = what_if(cj, layers_per_stage=tuple(best)) if best and list(best) != lps else None
+    if alt is not None and alt.fits and alt.step_time_s < e.step_time_s * 0.995:
+        return Finding("unbalanced-split", "warning", f"{text}; the split {list(best)} saves {e.step_time_s - alt.step_time_s:.3g} s "
+                       "per step", {**ev, "alt_layers_per_stage": list(best), "alt_step_s": alt.step_time_s,
+                                    "parallel": {"layers_per_stage": tuple(best)}})
+    return Finding("unbalanced-split", "info", f"{text}, but no other whole-layer split is faster (the first and last stages "
+                   "also hold the embedding and the loss)", ev)
 
 
 def _flushes(cj: CheckedJob, e: Estimate) -> list[Finding]:

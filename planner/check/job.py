@@ -126,7 +126,16 @@ def _apply_overrides(d: Draft, o: Overrides) -> None:
             old = d.values.get(name)
             d.set(name, value, "flag", f"--{name.split('.')[1].replace('_', '-')}"
                   + (f" (the file has {old[0]})" if old and old[1].kind == "file" and old[0] != value else ""))
-    if o.engine is not None:
+    if o.engine is not None and o.engine != d.engine:
+        from planner.engines import get_engine  # noqa: PLC0415
+
+        eng = get_engine(o.engine)
+        ce = d.get("job.cross_entropy", "auto")
+        if ce != "auto" and ce not in [n for n, _, _ in eng.loss_kernels]:  # the files' engine's loss, not the one asked for
+            d.set("job.cross_entropy", "auto", "flag", f"--engine {o.engine}: its default cross entropy (the files' {d.engine} "
+                  f"runs {ce!r})")
+            d.notes.append(f"priced on {o.engine} (--engine), not on the files' {d.engine}: {o.engine}'s own cross entropy "
+                           f"in place of {ce!r}")
         d.engine = o.engine
 
 

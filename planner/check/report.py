@@ -95,14 +95,15 @@ def render_text(r: CheckReport, verbose: bool = False) -> str:
         L.append(f"  [{f.severity}] {f.id}: {f.message}")
         if f.edit is not None:
             L.extend(f"     edit: {line}" for line in f.edit.summary)
-            if f.edit.verified is False:
+            if f.edit.verified is False and f.edit.problem not in " ".join(f.edit.summary):
                 L.append(f"     (not checked: {f.edit.problem})")
     unm = [f for f in r.findings if f.id == "unmodelled"]
     if unm and not verbose:
         L.append(f"  [info] {len(unm)} setting(s) the cost model does not price: " + "; ".join(f.message.split(": ")[0] for f in unm))
     L.append("")
     if not r.changes:
-        L.append("changes: none predicted to help (a local optimum of the cost model)")
+        L.append("changes: no other parallel configuration predicted to help (a local optimum of the search"
+                 + ("; the engine options in the findings are not part of it)" if any(f.edit is not None for f in r.findings) else ")"))
     else:
         L.append("best changes (predicted, on the same engine):" if r.base is None else
                  f"best changes (predicted, on the same engine; from the job in one pipeline run per step, {_fmt_s(r.base.step_time_s)}: "
@@ -117,7 +118,7 @@ def render_text(r: CheckReport, verbose: bool = False) -> str:
         if ed is not None:
             for line in ed.summary:
                 L.append(f"     edit: {line}")
-            if ed.verified is False:
+            if ed.verified is False and ed.problem not in " ".join(ed.summary):
                 L.append(f"     (not checked: {ed.problem})")
     if cj.ignored and verbose:
         L.append("")

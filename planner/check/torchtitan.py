@@ -51,6 +51,7 @@ class TitanSettings:
 
     def __init__(self, values: dict, path: Path, version: str, defaults: dict | None = None):
         self.values, self.path, self.version = values, path, version
+        self.overridden: set = set()  # keys a launch script's command line sets (their where names the script)
         schema = job_config_schema()
         self.defaults = dict(defaults or {})
         if schema is not None:
@@ -81,6 +82,8 @@ class TitanSettings:
         return key in self.values
 
     def where(self, key: str) -> str:
+        if key in self.overridden:
+            return self.values[key][1]
         if key in self.values:
             return f"{self.path.name}: {self.values[key][1]}"
         return f"torchtitan {self.version} default {key} = {self.get(key)!r} (config/job_config.py)"
@@ -149,9 +152,14 @@ def read_titan_toml(path: Path, launch=None) -> Draft:
         from planner.check.titan_launch import override_values  # noqa: PLC0415
 
         given = override_values(launch.overrides, job_config_schema())
+        had = {k: values[k][0] for k in given if k in values}
         values.update(given)
     s = TitanSettings(values, path, "0.2.2")
+    s.overridden = set(given)
     d = titan_draft(s, path, "torchtitan-toml", launch=launch)
+    if given:
+        d.notes.append(f"set on {launch.script.name}'s command line, over {path.name}: " + ", ".join(
+            f"{k} = {v!r} ({path.name}: {had[k]!r})" if k in had else f"{k} = {v!r} (not in {path.name})" for k, (v, _) in given.items()))
     from planner.check.edits import TomlEditor  # noqa: PLC0415
 
     d.editor = TomlEditor(path, text, given)
@@ -301,6 +309,10 @@ def _parallel(d: Draft, s: TitanSettings, shape: dict, cluster) -> None:
     reshard = s.get(P + "fsdp_reshard_after_forward")
     if fsdp:
         zero = 2 if reshard == "never" else 3
+        if reshard == "always" and pp > 1:  # the profile's ZeRO-3 under pp is the 'default' policy (no reshard)
+            d.unmodelled.append(f"{s.where(P + 'fsdp_reshard_after_forward')} = always under pipeline parallelism: every micro-batch "
+                                "re-gathers each block (parallelize.py apply_fsdp); priced as the default policy, which keeps "
+                                "the blocks unsharded under pp (less all-gather time and more memory than this job has)")
         d.set("parallel.zero", zero, s.kind(P + "fsdp_reshard_after_forward"),
               f"FSDP2 over dp_shard x cp = {shard * cp}, " + s.where(P + "fsdp_reshard_after_forward"))
         d.set("parallel.zero_shard_degree", shard * cp if rep > 1 else None, "file" if rep > 1 else "default",

@@ -179,6 +179,13 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     except typer.Exit as exc:
         return exc.exit_code
+    except SystemExit as exc:
+        # A closed stdout (EPIPE: `planner ... | head`): rich's console raises StdoutClosed
+        # (planner.report.tables), click answers with sys.exit(1) after wrapping sys.stdout in its
+        # PacifyFlushWrapper; 1 means "nothing fits" here, so both say 141 (128 + SIGPIPE)
+        if exc.code == 141 or type(sys.stdout).__name__ == "PacifyFlushWrapper":
+            return 141
+        raise
     except (typer.Abort, KeyboardInterrupt):
         typer.echo("aborted", err=True)
         return 130

@@ -74,8 +74,10 @@ def fixed_from_flags(**kw) -> dict:
     if "recompute" in fixed and fixed["recompute"] not in ("none", "selective", "full"):
         raise InputError("--recompute", fixed["recompute"], "none, selective or full")
     if "schedule" in fixed:
+        from planner.cli.options import schedule_name  # noqa: PLC0415
         from planner.cost.step import SCHEDULE_FORMS  # noqa: PLC0415
 
+        fixed["schedule"] = schedule_name(fixed["schedule"])
         if fixed["schedule"] not in SCHEDULE_FORMS:
             raise InputError("--schedule", fixed["schedule"], " | ".join(SCHEDULE_FORMS))
         if fixed["schedule"] == "1f1b" and fixed.get("vpp", 1) > 1:  # ParallelConfig would turn it interleaved

@@ -60,15 +60,25 @@ def check_schedules(names: tuple[str, ...], engine: str | None) -> None:
         raise InputError("--schedule", ",".join(bad), f"schedules {who} ({', '.join(sorted(runs))}); {hint}")
 
 
+# torchtitan's (torch.distributed.pipelining) names of the schedules, any case
+SCHEDULE_ALIASES = {"interleaved1f1b": "interleaved", "zbvzerobubble": "zb-v", "dualpipev": "dualpipe"}
+
+
+def schedule_name(name: str) -> str:
+    """A ``--schedule`` entry in the planner's spelling: lower case, torchtitan's names mapped."""
+    key = name.strip().lower()
+    return SCHEDULE_ALIASES.get(key, key)
+
+
 def schedule_list(flag: str | None) -> tuple[str | None, tuple[str, ...] | None]:
     """``--schedule`` of ``plan``: one schedule fixes it; a comma list (``1f1b,zb-v``) is the set the
     search tries. Returns (fixed schedule or None, schedules to try or None)."""
     if flag is None or "," not in flag:
-        return flag, None
+        return (None if flag is None else schedule_name(flag)), None
     from planner.cost.step import SCHEDULE_FORMS  # noqa: PLC0415
     from planner.errors import InputError  # noqa: PLC0415
 
-    names = tuple(dict.fromkeys(x.strip() for x in flag.split(",") if x.strip()))
+    names = tuple(dict.fromkeys(schedule_name(x) for x in flag.split(",") if x.strip()))
     bad = [x for x in names if x not in SCHEDULE_FORMS]
     if bad or not names:
         raise InputError("--schedule", flag, "one of " + " | ".join(SCHEDULE_FORMS) + ", or a comma list of them")

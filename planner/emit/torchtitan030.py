@@ -25,6 +25,12 @@ TITAN030_MODULE = "planner_torchtitan_config"  # the file planner_torchtitan_con
 TITAN030_FUNCTION = "planner_config"
 TITAN030_SCRIPT = "torchtitan030_launch.sh"
 # The registry function each module's config starts from (dense / MoE), torchtitan 0.3.0.
+# The flavor's own registry function where 0.3.0 ships one (its optimizer and schedule are that
+# size's: llama3_70b lr 1.5e-4, ...), else the family's above.
+_FLAVOR_BASE = {("llama3", "8B"): "llama3_8b", ("llama3", "70B"): "llama3_70b", ("llama3", "405B"): "llama3_405b",
+                ("qwen3", "0.6B"): "qwen3_0_6b", ("qwen3", "1.7B"): "qwen3_1_7b", ("qwen3", "14B"): "qwen3_14b",
+                ("qwen3", "32B"): "qwen3_32b", ("qwen3", "30B-A3B"): "qwen3_30b_a3b", ("deepseek_v3", "16B"): "deepseek_v3_16b",
+                ("deepseek_v3", "671B"): "deepseek_v3_671b"}  # models/<name>/config_registry.py
 _BASE = {("llama3", False): "llama3_8b", ("qwen3", False): "qwen3_14b", ("qwen3", True): "qwen3_30b_a3b",
          ("deepseek_v3", True): "deepseek_v3_16b"}
 
@@ -36,7 +42,7 @@ def _kwargs(d: dict) -> str:
 def torchtitan030_module(v: PlanView, s: dict, notes: list[str]) -> str:
     """The text of planner_torchtitan_config.py for settings ``s`` (torchtitan 0.3.0)."""
     fl = s["flavor"]
-    base = _BASE[(fl.name, fl.moe is not None)]
+    base = _FLAVOR_BASE.get((fl.name, fl.flavor)) or _BASE[(fl.name, fl.moe is not None)]
     head = provenance_lines(v, "torchtitan", TORCHTITAN030_TARGET) + notes
     recipe = "" if s["fp8_recipe"] in ("", "rowwise") else f", recipe_name={s['fp8_recipe']!r}"  # 0.3.0's default is rowwise
     reg = f"model_registry({fl.flavor!r}" + (f", converters=[Float8LinearConverter.Config(filter_fqns=['lm_head']{recipe})])" if s["fp8"] else ")")

@@ -327,10 +327,17 @@ def resolve(par: ParallelConfig, model: ModelSpec, cluster: ClusterSpec, job: Jo
 _FLAG_FIELDS = ("sequence_parallel", "attention", "tp_comm_overlap", "async_tp_allreduce", "overlap_grad_reduce", "overlap_param_gather")
 
 
+def precision_rule(job: Job, engine: Engine) -> None:
+    """InputError when ``engine`` does not train in ``job.precision`` (torchtitan: no fp16)."""
+    if job.precision not in engine.precisions:
+        raise InputError("job.precision", job.precision, f"{' or '.join(engine.precisions)} on {engine.name}")
+
+
 def check_engine(model: ModelSpec, job: Job, par: ParallelConfig, engine: Engine, lps: tuple[int, ...]) -> None:
     """Raise InputError, with the engine's reason, when ``engine`` does not run ``par``
     (a resolved configuration) with the layer split ``lps``."""
     e = engine.name
+    precision_rule(job, engine)
     if par.zero not in engine.zero_stages:
         raise InputError("parallel.zero", par.zero, f"a ZeRO stage {e} implements ({', '.join(map(str, engine.zero_stages))})")
     mode = engine.mode(par.zero)

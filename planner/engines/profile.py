@@ -171,6 +171,7 @@ class Engine:
     # context parallelism only on flash/fused attention kernels (Megatron-core: TE's DotProductAttention;
     # its unfused backend and Megatron's local attention refuse cp > 1)
     cp_needs_flash: bool = False
+    precisions: tuple[str, ...] = ("fp16", "bf16", "fp8")  # the training precisions the engine runs
     cuda_graphs: bool = False  # CUDA-graph capture of layers or of the whole step (--cuda-graph-impl)
     mtp: bool = False  # multi-token prediction modules on the last pipeline stage (--mtp-num-layers)
     # the interleaved schedule's send/recv posted asynchronously and waited only before the chunk
@@ -282,6 +283,9 @@ def _from_dict(d: dict, where: str) -> Engine:
                         overlap_grad_reduce=s.get("overlap_grad_reduce"),
                         pp=sharding(z, pp, {k: v for k, v in s.items() if k != "pp"}) if isinstance(pp, dict) else None)
 
+    for prec in feats.get("precisions") or ():
+        if prec not in ("fp16", "bf16", "fp8"):
+            raise InputError(f"{where}.features.precisions", prec, "fp16, bf16 or fp8")
     shard = [sharding(int(z), s) for z, s in sorted((d.get("sharding") or {}).items())]
     pipe = d.get("pipeline") or {}
     scheds = tuple(pipe.get("schedules") or ("1f1b",))
@@ -303,6 +307,7 @@ def _from_dict(d: dict, where: str) -> Engine:
         moe_flex_dispatcher=bool(feats.get("moe_flex_dispatcher", False)),
         cuda_graphs=bool(feats.get("cuda_graphs", False)),
         cp_needs_flash=bool(feats.get("cp_needs_flash", False)),
+        precisions=tuple(feats.get("precisions") or ("fp16", "bf16", "fp8")),
         mtp=bool(feats.get("mtp", False)),
         overlap_p2p_comm=bool(feats.get("overlap_p2p_comm", False)),
         tp_sequence_dim_copies=bool(feats.get("tp_sequence_dim_copies", False)),

@@ -252,8 +252,9 @@ def render_explanation(x: Explanation, label: str = "plan") -> Group:
         _time_table(x),
         Text(""),
         Text(f"Memory per GPU by pipeline stage at its peak (GiB; capacity {cap / GIB:.1f}, usable {e.memory_usable_bytes / GIB:.1f} "
-             f"with the {100 * e.memory_margin:.0f}% margin; alloc = what tensors hold; other = buffers, the allocator's reserve "
-             "and memory outside it)", style="bold"),
+             f"with the {100 * e.memory_margin:.0f}% margin; other = buffers, the allocator's reserve "
+             "and memory outside it; weights to other add up to total; alloc = what tensors hold, a subtotal: total less the "
+             "reserve and memory outside the allocator)", style="bold"),
         _memory_table(e),
         Text(f"The peak is on stage {e.memory_peak_stage}. Each stage's peak moment:"),
         *_memory_moments(e),

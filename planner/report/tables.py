@@ -31,9 +31,27 @@ __all__ = [
 T = TypeVar("T")
 
 
+class StdoutClosed(SystemExit):
+    """stdout was closed before the output ended (``planner ... | head``): the CLI exits 141."""
+
+    def __init__(self) -> None:
+        super().__init__(141)
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """As rich does (the rest of the output goes to /dev/null), but exit 141 (128 + SIGPIPE),
+        not rich's 1, which is the planner's "nothing fits"."""
+        import os  # noqa: PLC0415
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self.file.fileno())
+        raise StdoutClosed()
+
+
 def console() -> Console:
     """stdout console: rich picks the terminal width, or 80 columns (``$COLUMNS``) in a pipe."""
-    return Console(width=None, soft_wrap=True, highlight=False)
+    return _Console(width=None, soft_wrap=True, highlight=False)
 
 
 def err_console() -> Console:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from planner.cost.rules import tp_ok, tp_rule
-from planner.engines import attention_kernel, cp_attention_why, cuda_graph_why, default_split, flex_dispatcher_why, get_engine, interleaving_ok, mtp_rule
+from planner.engines import attention_kernel, cp_attention_why, precision_rule, supports_flash, cuda_graph_why, default_split, flex_dispatcher_why, get_engine, interleaving_ok, mtp_rule
 from planner.errors import InputError
 from planner.search.space import divisors
 from planner.specs import ParallelConfig
@@ -27,6 +27,7 @@ def check_fixed(model, cluster, job, opts) -> None:
         raise InputError(f"parallel.{unknown[0]}", fixed[unknown[0]], "a field of ParallelConfig")
     # ParallelConfig checks every value's type and range (one-line InputError naming the field).
     ParallelConfig(**{k: v for k, v in fixed.items() if k != "layers_per_stage"})
+    precision_rule(job, eng)
     if fixed.get("moe_a2a_overlap") is True and not eng.moe_a2a_overlap:
         raise InputError("parallel.moe_a2a_overlap", True, f"false on {eng.name} (it has no expert all-to-all overlap)")
     if fixed.get("moe_a2a_overlap") is True and (model.moe is None or model.moe_layers == 0):
@@ -92,7 +93,8 @@ def check_fixed(model, cluster, job, opts) -> None:
         raise InputError("parallel.cp", cp, f"1 on {eng.name} (no context parallelism)")
     if cp is not None and cp > 1 and (why := cp_attention_why(
             eng, attention_kernel(eng, cluster.gpu, fixed.get("attention")))) is not None:
-        raise InputError("parallel.cp", cp, f"1 on {eng.name} {why}")
+        gpu_why = "" if fixed.get("attention") or supports_flash(cluster.gpu) else f"; {cluster.gpu.id} has no flash-attention kernel"
+        raise InputError("parallel.cp", cp, f"1 on {eng.name} {why}{gpu_why}")
     if fixed.get("recompute") is not None and fixed["recompute"] not in eng.recompute:
         raise InputError("parallel.recompute", fixed["recompute"], f"one of {', '.join(eng.recompute)} on {eng.name}")
     fixed_deg = [(k, fixed[k]) for k in ("tp", "pp", "dp", "cp") if fixed.get(k) is not None]

@@ -128,6 +128,8 @@ def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: Sea
     n = cluster.num_gpus
     fx = opts.fixed
     eng = get_engine(opts.engine)
+    if job.precision not in eng.precisions:
+        return  # the engine does not train in this precision (planner.engines.precision_rule)
     dom = cluster.nvlink_domain
     tps = [t for t in divisors(n) if tp_ok(model, t) and (t == 1 or eng.tensor_parallel)]
     if not opts.allow_tp_across_nodes:

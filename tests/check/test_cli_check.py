@@ -83,3 +83,30 @@ def test_bad_engine_and_gpu_are_exit_2(tmp_path, capsys):
     assert _run(capsys, "check", str(p), "--gpu", "h100-sxm5-80gb", "--cluster", "dgx-h100-superpod")[0] == 2
     code, _, err = _run(capsys, "check", str(Path(tmp_path) / "missing.sh"))
     assert code == 2 and err.count("\n") == 1
+
+
+def test_unbalanced_split_names_the_faster_split_or_says_there_is_none(tmp_path):
+    """A split the split program beats is a warning naming the faster split (with its edit); the
+    planner's own split, uneven only because the outer stages hold the embedding and the loss,
+    is an info."""
+    import json as _json  # noqa: PLC0415
+
+    from planner.check import check_job, read_job  # noqa: PLC0415
+
+    from tests.conftest import run_cli  # noqa: PLC0415
+
+    code, out, err = run_cli(["estimate", "--model", "llama3.1-8b", "--gpus", "16", "--tp", "2", "--pp", "4", "-b", "64",
+                              "--layers-per-stage", "2,10,10,10", "--json"])
+    assert code == 0, err
+    (tmp_path / "bad.json").write_text(out)
+    r = check_job(read_job([str(tmp_path / "bad.json")]), top=0)
+    f = next(f for f in r.findings if f.id == "unbalanced-split")
+    assert f.severity == "warning" and f.evidence["alt_step_s"] < r.estimate.step_time_s
+    assert sum(f.evidence["alt_layers_per_stage"]) == 32 and f.evidence["parallel"]["layers_per_stage"]
+    code, out, err = run_cli(["plan", "--model", "llama3.1-70b", "--gpus", "64", "--engine", "torchtitan", "--tp", "4", "--pp", "8",
+                              "--cp", "2", "--top", "1", "--json"])
+    assert code == 0, err
+    (tmp_path / "own.json").write_text(out)
+    r = check_job(read_job([str(tmp_path / "own.json")]), top=0)
+    own = [f for f in r.findings if f.id == "unbalanced-split"]
+    assert own and all(f.severity == "info" for f in own), _json.dumps([f.as_dict() for f in r.findings])

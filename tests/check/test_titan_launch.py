@@ -124,3 +124,24 @@ def test_gradient_accumulation_under_pp_is_priced_as_flushes(tmp_path):
     f = next(f for f in check_job(cj, top=0).findings if f.id == "pipeline-flushes")
     assert f.edit.verified, f.edit.problem
     assert "+local_batch_size = 32" in f.edit.diff
+
+
+@needs_toml
+def test_command_line_settings_are_listed_with_what_the_toml_had(tmp_path):
+    shutil.copy(TT_TOML, tmp_path / "llama3_8b.toml")
+    (tmp_path / "t.sh").write_text("torchrun --nproc_per_node 8 -m torchtitan.train --job.config_file llama3_8b.toml "
+                                   "--parallelism.tensor_parallel_degree 2 --training.seq_len 4096\n")
+    cj = read_job([str(tmp_path / "t.sh")])
+    note = next(n for n in cj.notes if n.startswith("set on t.sh's command line"))
+    assert "parallelism.tensor_parallel_degree = 2 (llama3_8b.toml: 1)" in note and "training.seq_len = 4096 (llama3_8b.toml: 8192)" in note
+    assert cj.sources["job.seq_len"][1].where == "t.sh:1 --training.seq_len"  # the script's line, not the TOML's
+
+
+@needs_toml
+def test_reshard_always_under_pp_is_said_to_be_priced_as_the_default(tmp_path):
+    text = TT_TOML.read_text().replace("pipeline_parallel_degree = 1", "pipeline_parallel_degree = 2")
+    text = text.replace("[parallelism]", '[parallelism]\nfsdp_reshard_after_forward = "always"', 1)
+    (tmp_path / "j.toml").write_text(text)
+    cj = read_job([str(tmp_path / "j.toml")])
+    assert cj.parallel.pp == 2 and cj.parallel.zero == 3
+    assert any("always under pipeline parallelism" in u for u in cj.unmodelled)

@@ -63,3 +63,14 @@ def test_single_chunk_schedules_refuse_virtual_stages():
     code, _, err = _run(["estimate", "--model", "gpt3-1.3b", "--gpus", "8", "--pp", "2", "--vpp", "2", "--schedule", "interleaved",
                          "--engine", "torchtitan"])
     assert code == 0, err
+
+
+def test_torchtitans_schedule_names_are_accepted_in_any_case():
+    code, out, err = _run(["estimate", "--model", "llama3.1-8b", "--gpus", "16", "--pp", "2", "--vpp", "2", "--schedule", "Interleaved1F1B",
+                           "--engine", "torchtitan", "--json"])
+    assert code == 0, err
+    assert json.loads(out)["parallel"]["schedule"] == "interleaved"
+    code, out, err = _run(["plan", "--model", "llama3.1-8b", "--gpus", "16", "--pp", "2", "--engine", "torchtitan", "--schedule", "1F1B,ZBVZeroBubble",
+                           "--top", "4", "--json"])
+    assert code == 0, err
+    assert {p["parallel"]["schedule"] for p in json.loads(out)["plans"]} <= {"1f1b", "zb-v"}

@@ -434,3 +434,16 @@ def test_estimate_reprices_a_plan_with_its_split(capsys):
     assert d["parallel"]["layers_per_stage"] == [19, 21, 21, 19] and d["predicted"]["step_time_s"] == want
     code, out, err = run(capsys, "estimate", *SMALL, "--pp", "2", "--layers-per-stage", "16,x")
     assert code == 2 and "--layers-per-stage" in err
+
+
+def test_a_closed_stdout_exits_141_not_the_nothing_fits_code():
+    """`planner ... | head` closes stdout early: exit 141 (128 + SIGPIPE), silent, never 1."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    for argv in (["estimate", "--model", "gpt3-1.3b", "--gpus", "8"], ["plan", "--model", "gpt3-1.3b", "--gpus", "8", "--json"]):
+        p = subprocess.Popen([sys.executable, "-m", "planner", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        p.stdout.close()  # before the command prints (it takes ~1 s to start)
+        err = p.stderr.read().decode()
+        assert p.wait(timeout=120) == 141, (argv, err)
+        assert "internal error" not in err and "Traceback" not in err

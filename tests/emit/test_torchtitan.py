@@ -155,3 +155,12 @@ def test_v_schedule_places_two_parts_per_rank_in_a_v():
     assert par["pipeline_parallel_schedule"] == "ZBVZeroBubble"
     sizes = [sum(1 for n in part if n.startswith("layers.")) for part in par["module_fqns_per_model_part"]]
     assert _per_rank(sizes, 2, True) == [17, 15]
+
+
+@pytest.mark.parametrize("fixture,base", [("torchtitan_llama8b_16gpu", "llama3_8b"), ("torchtitan_llama70b_64gpu", "llama3_70b"),
+                                          ("torchtitan_qwen3_moe_32gpu", "qwen3_30b_a3b"), ("torchtitan_deepseek_v3_512gpu", "deepseek_v3_671b")])
+def test_config_module_starts_from_its_flavors_registry_function(fixture, base):
+    """The 0.3.0 module builds on the registry function of the plan's own size where torchtitan
+    ships one (a 70B job gets llama3_70b's optimizer, not llama3_8b's)."""
+    text = emit_files(load(fixture), "torchtitan", 1)["planner_torchtitan_config.py"]
+    assert f"import {base} as _upstream" in text

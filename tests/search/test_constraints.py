@@ -171,3 +171,20 @@ def test_megatron_core_runs_context_parallelism_only_on_flash_attention():
         from planner.specs import ParallelConfig  # noqa: PLC0415
 
         estimate(model, v100, job, ParallelConfig(tp=8, cp=2), engine="megatron-core")
+
+
+def test_torchtitan_refuses_fp16_in_estimate_and_plan_as_its_launch_files_do():
+    """torchtitan's mixed_precision_param is bfloat16 or float32 (no loss scaling): fp16 is refused
+    by estimate and plan on torchtitan, and the automatic engine choice leaves torchtitan out."""
+    from planner.errors import InputError  # noqa: PLC0415
+    from planner.specs import ParallelConfig  # noqa: PLC0415
+
+    model, cluster = load_model("llama3.1-8b"), make_cluster("v100-sxm2-32gb", 16)
+    job = Job(seq_len=4096, global_batch_size=32, precision="fp16")
+    with pytest.raises(InputError, match="job.precision.*bf16 or fp8 on torchtitan"):
+        estimate(model, cluster, job, ParallelConfig(tp=2), engine="torchtitan")
+    with pytest.raises(InputError, match="job.precision.*bf16 or fp8 on torchtitan"):
+        plan(model, cluster, job, top_k=1, options=SearchOptions(engine="torchtitan"))
+    res = plan(model, cluster, job, top_k=10, options=SearchOptions(engine="auto"))
+    assert res.plans and all(p.estimate.engine != "torchtitan" for p in res.plans)
+    assert get_engine("torchtitan").precisions == ("bf16", "fp8") and "fp16" in get_engine("megatron-core").precisions
