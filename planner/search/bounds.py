@@ -272,8 +272,12 @@ def only_split(est: Estimate, par: ParallelConfig) -> bool:
 
 def split_may_help(est: Estimate, par: ParallelConfig, job: Job, cap: float, kth: list, top_k: int, unit: int | None = None) -> bool:
     """Whether an uneven layer split could make this candidate fit or enter the top K
-    (:func:`split_gain`)."""
+    (:func:`split_gain`). A candidate whose every stage is over ``cap`` under its split cannot fit
+    under any: a stage's memory grows with its layer count, and any other split gives some stage
+    at least as many layers as it has now."""
     if only_split(est, par):
+        return False
+    if not est.fits and all(st.total_bytes > cap for st in est.stages):
         return False
     gain = split_gain(est, par, unit)
     if est.fits and gain <= SPLIT_MIN_GAIN * est.step_time_s:

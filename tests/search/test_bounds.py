@@ -152,3 +152,40 @@ def test_memory_bound_prunes_on_the_default_job():
 
     r = planner.plan(planner.load_model("llama3.1-70b"), make_cluster("h100-sxm5-80gb", 64), Job(8192, 256), top_k=3)
     assert r.stats.memory_pruned > r.evaluated
+
+
+@pytest.mark.parametrize("engine", [None, "torchtitan", "deepspeed"])
+@pytest.mark.parametrize("seed", range(4))
+def test_every_stage_over_capacity_means_no_split_fits(seed, engine):
+    """split_may_help skips the split program when every stage is over the capacity under the
+    candidate's split: no other split fits (checked by trying them all), and the rule fires."""
+    from planner.engines import least_layers  # noqa: PLC0415
+    from planner.search.bounds import split_may_help  # noqa: PLC0415
+
+    rng = random.Random(3000 + seed)
+    model = _model(rng)
+    eng = get_engine(engine)
+    n = rng.choice([8, 16])
+    job = Job(seq_len=rng.choice([1024, 4096]), global_batch_size=rng.choice([16, 32]), precision="bf16")
+    big = make_cluster("h100-sxm5-80gb", n)
+    tuples = [t for t in candidate_tuples(model, big, job, SearchOptions(max_micro_batch=4, max_cp=2, max_vpp=2, engine=engine)) if t[1] > 1]
+    rng.shuffle(tuples)
+    tuples = tuples[:30]
+    ests = [estimate(model, big, job, to_parallel(t), eng, validate=False) for t in tuples]
+    lows = sorted(min(s.total_bytes for s in e.stages) for e in ests)
+    cap = lows[len(lows) // 2]  # about half the candidates have every stage over it
+    fired = 0
+    for t, e in zip(tuples, ests):
+        e = dataclasses.replace(e, memory_capacity_bytes=cap / (1 - e.memory_margin))
+        if split_may_help(e, e.parallel, job, cap, [], 10, split_unit(e.parallel.vpp, eng)):
+            continue
+        if e.fits:
+            continue  # skipped for its gain, not its memory
+        fired += 1
+        par = e.parallel
+        for s in _splits(model.layers, par.pp, 1, split_unit(par.vpp, eng)):
+            if any(n_ < least_layers(i, par.pp, par.vpp, eng) for i, n_ in enumerate(s)):
+                continue
+            alt = estimate(model, big, job, dataclasses.replace(par, layers_per_stage=s), eng, validate=False)
+            assert alt.memory_peak_bytes > cap, (par, s, "a split fits")
+    assert fired >= 1
