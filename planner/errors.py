@@ -19,11 +19,16 @@ class InputError(ValueError):
     'parallel.tp: got 3, expected a divisor of the GPU count (8)'
     """
 
-    def __init__(self, field: str, value: object, expected: str):
+    def __init__(self, field: str, value: object, expected: str, flag: str | None = None):
         self.field = field
         self.value = value
         self.expected = expected
+        self.flag = flag  # the command-line flag that carries the field, where the CLI names it so (``--model``)
         super().__init__(f"{field}: got {value!r}, expected {expected}")
+
+    def as_flag(self) -> "InputError":
+        """The same error naming its command-line flag (the CLI's wording), or itself."""
+        return self if self.flag is None else InputError(self.flag, self.value, self.expected)
 
 
 class NoFeasiblePlan(RuntimeError):

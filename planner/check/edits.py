@@ -56,7 +56,8 @@ def edit_for(cj, par: ParallelConfig) -> Edit | None:
     try:
         ed = cj.editor.edit(cj, par)
     except InputError as exc:
-        return Edit(cj.fmt, [f"not expressible in this format: {exc}"], {}, verified=False, problem=str(exc))
+        what = "on the launch script's command line" if type(exc).__name__ == "CommandLineClash" else "not expressible in this format"
+        return Edit(cj.fmt, [f"{what}: {exc}"], {}, verified=False, problem=str(exc))
     if ed is not None and ed.files:
         verify(cj, ed, par)
     return ed

@@ -17,12 +17,11 @@ from pathlib import Path
 import tomli_w
 
 from planner.check.edits import Edit, unified_diff
+from planner.emit.torchtitan import SCHEDULES as _NAMES  # the planner's schedule -> torchtitan's name
 from planner.errors import InputError
 from planner.specs import ParallelConfig
 
 __all__ = ["titan_settings", "TomlFileEditor", "PyFileEditor"]
-
-_NAMES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe", "zb-v": "ZBVZeroBubble", "dualpipe": "DualPipeV"}
 
 
 def titan_settings(cj, par: ParallelConfig) -> dict:
@@ -145,12 +144,13 @@ class TomlFileEditor:
             new.update({k: v for k, v in _compile_for_async_tp(cur.get("compile.components")).items() if cur.get(k) != v})
         lines = self.text.split("\n")
         summary = []
-        clash = [(self.overrides[k][1], self.overrides[k][0], v) for k, v in new.items() if k in self.overrides and self.overrides[k][0] != v]
+        clash = [(k, self.overrides[k][1], v) for k, v in new.items() if k in self.overrides and self.overrides[k][0] != v]
         if clash:  # the script's flags win over the TOML: the change is theirs to make
-            where = clash[0][0].rsplit(" ", 1)[0]
-            raise InputError(f"{where} command line", ", ".join(f"{w.rsplit(' ', 1)[1]} {_toml_value(h)}" for w, h, _ in clash),
-                             ", ".join(f"{w.rsplit(' ', 1)[1]} {_toml_value(v)}" for w, _, v in clash)
-                             + " (the launch script's flags win over the TOML: change them there)")
+            where = clash[0][1].rsplit(" ", 1)[0]
+            raise CommandLineClash(f"{where} command line", ", ".join(w.rsplit(" ", 1)[1] + _flag_value(self.overrides[k][0])
+                                                                    for k, w, _ in clash),
+                                   ", ".join(_flag(k, v) for k, _, v in clash) + " (the launch script's flags win over the TOML: "
+                                   "change them there)")
         for key, value in new.items():
             if key in self.overrides:
                 continue  # set on the command line, to this value
@@ -179,6 +179,23 @@ class TomlFileEditor:
             raise InputError(str(self.path), "dotted keys or inline tables", f"[section] headers with one key = value per line to be "
                              f"edited here (the edited text would not parse: {exc}); make the change by hand") from None
         return Edit("torchtitan-toml", summary, {str(self.path): text}, unified_diff({str(self.path): self.text}, {str(self.path): text}))
+
+
+class CommandLineClash(InputError):
+    """A change of settings the launch script's command line sets (over the TOML)."""
+
+
+def _flag_value(v) -> str:
+    return "" if isinstance(v, bool) else f" {_toml_value(v)}"
+
+
+def _flag(key: str, v) -> str:
+    """The torchtitan command-line argument that sets ``key`` to ``v`` (tyro: ``--s.flag`` /
+    ``--s.no_flag`` for booleans)."""
+    if isinstance(v, bool):
+        sec, _, name = key.rpartition(".")
+        return f"--{key}" if v else f"--{sec}.no_{name}"
+    return f"--{key} {_toml_value(v)}"
 
 
 # written even where the file leaves them out: the degrees, and the first/last-stage "less layers"

@@ -7,7 +7,10 @@
 * ``recompute-not-needed``: a lighter recompute level still fits and is faster.
 * ``idle-memory``: memory left idle while a larger micro-batch fits and is faster.
 * ``sharding-costs-more``: a lower ZeRO stage / sharding mode fits and is faster.
-* ``unbalanced-split``: pipeline stages whose times (or memory) differ by more than 5% (20%).
+* ``pipeline-flushes``: torchtitan's gradient accumulation under pp runs the pipeline several
+  times a step; the one-run step (and its edit: the whole local batch).
+* ``unbalanced-split``: pipeline stages whose times (or memory) differ by more than 5% (20%): a
+  warning with the split program's faster split (and its edit), else an info.
 * ``hidden-by-engine-option``: exposed communication an engine switch would hide (Megatron's
   ``--overlap-grad-reduce``, ``--overlap-param-gather``, ``--tp-comm-overlap``).
 * ``large-bubble``: the pipeline bubble is over 10% of the step.
@@ -125,8 +128,10 @@ def findings(cj: CheckedJob, e: Estimate) -> list[Finding]:
                                f"{_gib(min(mems))} GiB on the emptiest", {"memory_by_stage_gib": [_gib(x) for x in mems]}))
         bubble = e.time_breakdown_s.get("bubble_s", 0.0)
         if bubble > 0.10 * step:
-            out.append(Finding("large-bubble", "warning", f"the pipeline bubble is {_pct(bubble, step)}% of the step ({e.num_microbatches} "
-                               f"micro-batches over pp {p.pp}, vpp {p.vpp})",
+            runs = (f"{cj.flushes} pipeline runs of {e.num_microbatches // cj.flushes} micro-batches (the pipeline-flushes finding)"
+                    if cj.flushes > 1 else f"{e.num_microbatches} micro-batches")
+            out.append(Finding("large-bubble", "warning", f"the pipeline bubble is {_pct(bubble, step)}% of the step ({runs} "
+                               f"over pp {p.pp}, vpp {p.vpp})",
                                {"bubble_s": bubble, "micro_batches": e.num_microbatches, "pp": p.pp, "vpp": p.vpp}))
     out += _overlaps(cj, e)
     out += _loss_fusion(cj, e)
@@ -139,6 +144,8 @@ def _unbalanced(cj: CheckedJob, e: Estimate, times: list, mean: float) -> Findin
     """Stages whose times differ: a warning with the faster split where the split program
     (planner.search.split.optimal_split) finds one, else an info (the first and last stages
     hold the embedding and the loss; no whole-layer split evens them)."""
+    import dataclasses  # noqa: PLC0415
+
     from planner.cost.constants import DEFAULT_CONSTANTS  # noqa: PLC0415
     from planner.engines import get_engine  # noqa: PLC0415
     from planner.errors import InputError  # noqa: PLC0415
@@ -147,12 +154,15 @@ def _unbalanced(cj: CheckedJob, e: Estimate, times: list, mean: float) -> Findin
     lps = list(e.layers_per_stage)
     text = f"pipeline stages are unbalanced: the slowest takes {100 * (max(times) / mean - 1):.0f}% more than the mean (layers {lps})"
     ev = {"layers_per_stage": lps, "stage_times_s": [round(t, 6) for t in times]}
+    job = dataclasses.replace(cj.job, global_batch_size=cj.job.global_batch_size // cj.flushes)  # one pipeline run's
     try:
-        best = optimal_split(cj.model, cj.cluster, cj.job, cj.parallel, e.memory_usable_bytes, DEFAULT_CONSTANTS, get_engine(cj.engine),
+        best = optimal_split(cj.model, cj.cluster, job, cj.parallel, e.memory_usable_bytes, DEFAULT_CONSTANTS, get_engine(cj.engine),
                              time_limit_s=2.0)
     except InputError:
         best = None
-    alt = what_if(cj, layers_per_stage=tuple(best)) if best and list(best) != lps else None
+    if best is None:
+        return Finding("unbalanced-split", "warning", f"{text}; the split program found no split that fits (or ran out of time)", ev)
+    alt = what_if(cj, layers_per_stage=tuple(best)) if list(best) != lps else None
     if alt is not None and alt.fits and alt.step_time_s < e.step_time_s * 0.995:
         return Finding("unbalanced-split", "warning", f"{text}; the split {list(best)} saves {e.step_time_s - alt.step_time_s:.3g} s "
                        "per step", {**ev, "alt_layers_per_stage": list(best), "alt_step_s": alt.step_time_s,

@@ -155,7 +155,8 @@ def _titan_launches(files) -> list:
     """The torchtitan launches among ``files`` (the job file each names, its world and overrides)."""
     from planner.check.titan_launch import titan_launch  # noqa: PLC0415
 
-    return [tl for p, _, k in files if k == "launcher" and (tl := titan_launch(p)) is not None]
+    named = tuple(p for p, _, k in files if k != "launcher")
+    return [tl for p, _, k in files if k == "launcher" and (tl := titan_launch(p, named)) is not None]
 
 
 def _draft(engine_files, files, launches=()) -> Draft:

@@ -45,16 +45,19 @@ def _entry(words: list[str]) -> int | None:
     return None
 
 
-def _find(name: str, script: Path) -> Path | None:
+def _find(name: str, script: Path, given: tuple) -> Path | None:
+    """The job file ``name``: beside the script, in the working directory, or a file given with the
+    script (matched by its name)."""
     for base in (script.parent, Path.cwd()):
         cand = (base / name) if not os.path.isabs(name) else Path(name)
         if cand.is_file():
             return cand
-    return None
+    return next((Path(g) for g in given if Path(g).name == Path(name).name and Path(g).is_file()), None)
 
 
-def titan_launch(script: Path) -> TitanLaunch | None:
-    """The torchtitan launch of ``script`` (None when it starts no torchtitan trainer)."""
+def titan_launch(script: Path, given: tuple = ()) -> TitanLaunch | None:
+    """The torchtitan launch of ``script`` (None when it starts no torchtitan trainer); ``given``:
+    the other files named with it (where the job file may be)."""
     from planner.check.bash import run_script  # noqa: PLC0415
     from planner.check.megatron_launch import _int, _torchrun_opts  # noqa: PLC0415
 
@@ -76,7 +79,7 @@ def titan_launch(script: Path) -> TitanLaunch | None:
             if key in ("--job.config_file", "--job.config-file", "--module", "--config") and not eq and i + 1 < len(args):
                 val, i = args[i + 1], i + 1
             if key in ("--job.config_file", "--job.config-file", "--module"):
-                config = (val + ".py") if key == "--module" else val
+                config = (val.replace(".", "/") + ".py") if key == "--module" else val  # a module path: pkg.mod -> pkg/mod.py
             elif key == "--config":
                 function = val
             else:
@@ -86,11 +89,12 @@ def titan_launch(script: Path) -> TitanLaunch | None:
             config = cmd.env.get("CONFIG_FILE")
             if config is None:
                 raise InputError(f"{here} run_train.sh", "no CONFIG_FILE", "CONFIG_FILE=JOB.toml in the script's environment "
-                                 "(run_train.sh's default is a debug model inside the torchtitan checkout)")
+                                 "(run_train.sh's default is a debug model inside the torchtitan checkout; for a 0.3.0 "
+                                 "config module, call torchrun -m torchtitan.train --module M --config F instead)")
         if config is None:
             raise InputError(f"{here} {words[k]}", "no job file", "--job.config_file JOB.toml (0.2.2) or --module MODULE "
                              "--config FUNCTION (0.3.0)")
-        path = _find(config, script)
+        path = _find(config, script, given)
         if path is None:
             raise InputError(f"{here} job file", config, "a file beside the script or in the working directory (or pass it too)")
         out = TitanLaunch(script, path, function, where=f"{here} {words[k]}")
@@ -150,6 +154,8 @@ def _typed(text: str | None, ann: str, where: str):
         return True
     if "bool" in ann and text.lower() in ("true", "false"):
         return text.lower() == "true"
+    if "list[list" in ann or "dict" in ann:
+        raise InputError(where, text, "a value set in the job file (nested lists and tables are not read from the command line)")
     if ann.startswith("list"):
         return [_scalar(x, ann) for x in text.split(",") if x]
     return _scalar(text, ann)

@@ -378,8 +378,7 @@ def _pipeline(d: Draft, s: TitanSettings, pp: int, dp: int, layers: int) -> None
     if local % mb:
         raise InputError(s.where(P + "pipeline_parallel_microbatch_size"), mb, f"a divisor of local_batch_size ({local}) (pipeline_parallel.py:188)")
     d.set("parallel.micro_batch_size", mb, s.kind(P + "pipeline_parallel_microbatch_size"), s.where(P + "pipeline_parallel_microbatch_size"))
-    d.flushes = ga  # one pipeline schedule run per accumulation step (train.py train_step): priced so
-
+    d.flushes = ga  # one pipeline schedule run per accumulation step (train.py train_step), priced so (cost/accumulation.py)
     name = str(s.get(P + "pipeline_parallel_schedule"))
     if s.get(P + "pipeline_parallel_schedule_csv"):
         d.unmodelled.append("parallelism.pipeline_parallel_schedule_csv: a custom schedule, priced as " + name)

@@ -175,7 +175,7 @@ def read_titan_py(path: Path, function: str | None, launch=None) -> Draft:
     starts it (its world; command-line overrides of a module are refused, not read)."""
     if launch is not None and launch.overrides:
         key, text, where = launch.overrides[0]
-        raise InputError(where, text, "no command-line override of a 0.3.0 config module (planner check reads the module's "
+        raise InputError(where, "an override" if text is None else text, "no command-line override of a 0.3.0 config module (planner check reads the module's "
                          "own values: set it in the module)")
     text = path.read_text(encoding="utf-8", errors="replace")
     try:

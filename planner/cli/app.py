@@ -122,17 +122,6 @@ def _input_error_doc(error: str, field=None, value=None, expected=None) -> None:
     _error_doc(2, error, field=field, value=plain, expected=expected)
 
 
-# The library names its arguments (planner.load_model's ``model``, planner.plan's ``top_k``); the
-# command line names the flag that carries them.
-API_FIELD_FLAGS = {"model": "--model", "gpu": "--gpu", "cluster": "--cluster", "fabric": "--fabric", "engine": "--engine",
-                   "top_k": "--top", "objective": "--objective", "time_limit_s": "--time-limit"}
-
-
-def _as_flag(exc: InputError) -> InputError:
-    flag = API_FIELD_FLAGS.get(exc.field)
-    return exc if flag is None else InputError(flag, exc.value, exc.expected)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: runs the app and maps exceptions to exit codes."""
     import planner.cli  # noqa: F401,PLC0415  (registers the commands)
@@ -157,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         if debug:
             raise
-        exc = _as_flag(exc)
+        exc = exc.as_flag()  # the library names its argument (model), the command line its flag (--model)
         typer.echo(f"error: {where(str(exc))}", err=True)
         if "--json" in args:
             _input_error_doc(where(str(exc)), exc.field, exc.value, exc.expected)

@@ -60,14 +60,14 @@ def check_schedules(names: tuple[str, ...], engine: str | None) -> None:
         raise InputError("--schedule", ",".join(bad), f"schedules {who} ({', '.join(sorted(runs))}); {hint}")
 
 
-# torchtitan's (torch.distributed.pipelining) names of the schedules, any case
-SCHEDULE_ALIASES = {"interleaved1f1b": "interleaved", "zbvzerobubble": "zb-v", "dualpipev": "dualpipe"}
-
-
 def schedule_name(name: str) -> str:
-    """A ``--schedule`` entry in the planner's spelling: lower case, torchtitan's names mapped."""
+    """A ``--schedule`` entry in the planner's spelling: lower case, and torchtitan's
+    (torch.distributed.pipelining) name of a schedule the planner prices exactly mapped to it
+    (planner.emit.torchtitan.SCHEDULES: Interleaved1F1B, ZBVZeroBubble, DualPipeV)."""
+    from planner.emit.torchtitan import SCHEDULES  # noqa: PLC0415
+
     key = name.strip().lower()
-    return SCHEDULE_ALIASES.get(key, key)
+    return {v.lower(): k for k, v in SCHEDULES.items()}.get(key, key)
 
 
 def schedule_list(flag: str | None) -> tuple[str | None, tuple[str, ...] | None]:

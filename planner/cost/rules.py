@@ -4,7 +4,7 @@ divisibility rules every engine shares (each written once, here) and the engine'
 
 from __future__ import annotations
 
-from planner.engines import Engine, check_engine, cp_attention_why, supports_flash
+from planner.engines import Engine, check_engine, cp_attention_why
 from planner.errors import InputError
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
@@ -61,7 +61,6 @@ def check_parallel(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parall
             raise InputError("parallel.ep", par.ep, f"ep x etp ({par.ep}x{par.etp}) dividing tp*dp*cp ({par.tp * par.dp * par.cp}): the expert grid tiles the world")
     if par.tp % par.etp:
         raise InputError("parallel.etp", par.etp, f"a divisor of tp ({par.tp})")
-    if par.cp > 1 and (why := cp_attention_why(engine, par.attention)) is not None:
-        gpu_why = "" if supports_flash(cluster.gpu) else f"; {cluster.gpu.id} has no flash-attention kernel"
-        raise InputError("parallel.cp", par.cp, f"1 on {engine.name} {why}{gpu_why}")
+    if par.cp > 1 and (why := cp_attention_why(engine, par.attention, cluster.gpu)) is not None:
+        raise InputError("parallel.cp", par.cp, f"1 on {engine.name} {why}")
     check_engine(model, job, par, engine, lps)

@@ -90,10 +90,12 @@ def attention_kernel(engine: Engine, gpu: GpuSpec, given: str | None = None) -> 
     return given or ("flash" if engine.flash_attention and supports_flash(gpu) else "unfused")
 
 
-def cp_attention_why(engine: Engine, attention: str | None) -> str | None:
-    """Why context parallelism cannot run with this attention kernel on ``engine`` (None: it can)."""
+def cp_attention_why(engine: Engine, attention: str | None, gpu: GpuSpec | None = None) -> str | None:
+    """Why context parallelism cannot run with this attention kernel on ``engine`` (None: it can);
+    ``gpu``: named where it has no flash kernel (the reason the attention is unfused)."""
     if engine.cp_needs_flash and attention != "flash":
-        return "with unfused attention (its context parallelism runs on flash/fused attention kernels only)"
+        return ("with unfused attention (its context parallelism runs on flash/fused attention kernels only"
+                + (f"; {gpu.id} has no flash-attention kernel)" if gpu is not None and not supports_flash(gpu) else ")"))
     return None
 
 

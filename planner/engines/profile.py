@@ -283,6 +283,8 @@ def _from_dict(d: dict, where: str) -> Engine:
                         overlap_grad_reduce=s.get("overlap_grad_reduce"),
                         pp=sharding(z, pp, {k: v for k, v in s.items() if k != "pp"}) if isinstance(pp, dict) else None)
 
+    if feats.get("precisions") is not None and not feats["precisions"]:
+        raise InputError(f"{where}.features.precisions", [], "at least one of fp16, bf16, fp8 (or leave it out: all three)")
     for prec in feats.get("precisions") or ():
         if prec not in ("fp16", "bf16", "fp8"):
             raise InputError(f"{where}.features.precisions", prec, "fp16, bf16 or fp8")
@@ -307,7 +309,7 @@ def _from_dict(d: dict, where: str) -> Engine:
         moe_flex_dispatcher=bool(feats.get("moe_flex_dispatcher", False)),
         cuda_graphs=bool(feats.get("cuda_graphs", False)),
         cp_needs_flash=bool(feats.get("cp_needs_flash", False)),
-        precisions=tuple(feats.get("precisions") or ("fp16", "bf16", "fp8")),
+        precisions=tuple(feats["precisions"]) if feats.get("precisions") is not None else ("fp16", "bf16", "fp8"),
         mtp=bool(feats.get("mtp", False)),
         overlap_p2p_comm=bool(feats.get("overlap_p2p_comm", False)),
         tp_sequence_dim_copies=bool(feats.get("tp_sequence_dim_copies", False)),
@@ -405,5 +407,5 @@ def get_engine(engine: "str | Engine | None" = None) -> Engine:
     if name not in ENGINE_NAMES:
         hint = suggest(name, ENGINE_NAMES)
         also = " (auto: plan only)" if name == AUTO else ""
-        raise InputError("engine", engine, f"one of {', '.join(ENGINE_NAMES)}{also}" + (f" ({hint})" if hint else ""))
+        raise InputError("engine", engine, f"one of {', '.join(ENGINE_NAMES)}{also}" + (f" ({hint})" if hint else ""), flag="--engine")
     return _load(name)

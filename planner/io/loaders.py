@@ -181,7 +181,7 @@ def load_model(name_or_path: str) -> ModelSpec:
     if p.suffix in (".yaml", ".yml", ".json") or p.is_file():
         if not p.is_file():
             raise InputError("model", str(name_or_path), "an existing model file (YAML, JSON or a Hugging Face config.json) "
-                             "or a preset id (planner models list)")
+                             "or a preset id (planner models list)", flag="--model")
         data = read_mapping(p)
         from planner.io import hf_import  # noqa: PLC0415 (lazy: only for HF configs)
 

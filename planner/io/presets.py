@@ -55,5 +55,5 @@ def read_preset(kind: str, name: str) -> dict:
     if key not in ids:
         label = {"gpus": "gpu", "models": "model", "clusters": "cluster", "fabrics": "fabric"}[kind]
         hint = suggest(key, ids)
-        raise InputError(label, name, f"a preset id ({hint})" if hint else f"one of {', '.join(ids)}")
+        raise InputError(label, name, f"a preset id ({hint})" if hint else f"one of {', '.join(ids)}", flag=f"--{label}")
     return dict(_read(str(preset_dir(kind) / f"{key}.yaml")))

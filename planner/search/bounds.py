@@ -113,8 +113,10 @@ def memory_bound_fn(model: ModelSpec, job: Job, C: Constants, engine, capacity_b
     (:func:`planner.cost.memory.activation_bytes_per_layer` of the cheaper layer kind, less one
     hidden-state tensor a chunk where the engine counts it as a pipeline receive buffer), and on
     the last rank the loss's held logits of those micro-batches; the bytes allocated and freed
-    within the step carry the caching allocator's reserve: mem_i >= r_i + n_i (p + (1 + f) k_i a). A split fits only if every stage's n_i <= (cap - r_i) /
-    (p + k_i a) (in whole units of layers, at least the engine's fewest a stage,
+    within the step carry the caching allocator's reserve: mem_i >= r_i + n_i (p + (1 + f) k_i a); at
+    the optimizer step it holds the states and what the step adds (FSDP2's per-step gradients, the
+    optimizer's temporaries, q per layer): mem_i >= r_i + n_i (p + (1 + f) q). A split fits only if
+    every stage's n_i is within both (in whole units of layers, at least the engine's fewest a stage,
     :func:`planner.engines.least_layers`) and those maxima add up to the model's layers.
     Returns ``may_fit(tp, pp, dp, cp, ep, v, mb, recompute, zero, schedule, sp, flash, unit)``."""
     import numpy as np  # noqa: PLC0415  (numpy is imported only where used: CLI start-up)

@@ -202,15 +202,15 @@ def plan(
     True
     """
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise InputError("top_k", top_k, "a positive integer")
+        raise InputError("top_k", top_k, "a positive integer", flag="--top")
     if objective not in OBJECTIVES:
-        raise InputError("objective", objective, "time or goodput")
+        raise InputError("objective", objective, "time or goodput", flag="--objective")
     if objective == "goodput" and (goodput is None or getattr(goodput, "n_gpus", None) != cluster.num_gpus):
         raise InputError("goodput", goodput, f"a planner.studies.goodput.GoodputResult for {cluster.num_gpus} GPUs with objective='goodput'")
     factor = 1.0 / goodput.goodput_fraction if objective == "goodput" and goodput.goodput_fraction > 0 else (math.inf if objective == "goodput" else 1.0)
     limit = TIME_LIMIT_S.get() if time_limit_s is None else time_limit_s
     if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not (0 < limit < math.inf):
-        raise InputError("time_limit_s", limit, "a positive finite number of seconds")
+        raise InputError("time_limit_s", limit, "a positive finite number of seconds", flag="--time-limit")
     t0 = time.perf_counter()
     deadline = t0 + limit
     opts = options or SearchOptions()
@@ -399,7 +399,7 @@ def _plan_auto(model, cluster, job, top_k, opts, limit, objective, goodput, cons
     if not found:
         if misses:
             raise misses[0][1]
-        raise InputError("engine", AUTO, "an engine that can run the fixed fields (" + "; ".join(notes) + ")")
+        raise InputError("engine", AUTO, "an engine that can run the fixed fields (" + "; ".join(notes) + ")", flag="--engine")
     factor = 1.0
     if objective == "goodput" and goodput is not None and goodput.goodput_fraction > 0:
         factor = 1.0 / goodput.goodput_fraction

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from planner.cost.rules import tp_ok, tp_rule
-from planner.engines import attention_kernel, cp_attention_why, precision_rule, supports_flash, cuda_graph_why, default_split, flex_dispatcher_why, get_engine, interleaving_ok, mtp_rule
+from planner.engines import attention_kernel, cp_attention_why, precision_rule, cuda_graph_why, default_split, flex_dispatcher_why, get_engine, interleaving_ok, mtp_rule
 from planner.errors import InputError
 from planner.search.space import divisors
 from planner.specs import ParallelConfig
@@ -92,9 +92,8 @@ def check_fixed(model, cluster, job, opts) -> None:
     if cp is not None and cp > 1 and not eng.context_parallel:
         raise InputError("parallel.cp", cp, f"1 on {eng.name} (no context parallelism)")
     if cp is not None and cp > 1 and (why := cp_attention_why(
-            eng, attention_kernel(eng, cluster.gpu, fixed.get("attention")))) is not None:
-        gpu_why = "" if fixed.get("attention") or supports_flash(cluster.gpu) else f"; {cluster.gpu.id} has no flash-attention kernel"
-        raise InputError("parallel.cp", cp, f"1 on {eng.name} {why}{gpu_why}")
+            eng, attention_kernel(eng, cluster.gpu, fixed.get("attention")), cluster.gpu)) is not None:
+        raise InputError("parallel.cp", cp, f"1 on {eng.name} {why}")
     if fixed.get("recompute") is not None and fixed["recompute"] not in eng.recompute:
         raise InputError("parallel.recompute", fixed["recompute"], f"one of {', '.join(eng.recompute)} on {eng.name}")
     fixed_deg = [(k, fixed[k]) for k in ("tp", "pp", "dp", "cp") if fixed.get(k) is not None]

@@ -208,7 +208,7 @@ def goodput_fraction(
     if model == "first_order":
         waste = c / tau + (tau / 2.0 + r) / m
         return max(0.0, 1.0 - waste)
-    raise InputError("model", model, f"one of {GOODPUT_MODELS}")
+    raise InputError("model", model, f"one of {GOODPUT_MODELS}", flag="--model-kind")
 
 
 def expected_wall_time_s(n_tokens: float, tokens_per_s: float, goodput: float) -> float:
@@ -266,7 +266,7 @@ def plan_checkpointing(
     ``n_tokens`` and ``tokens_per_s`` are given the expected wall-clock time is filled in.
     """
     if model not in GOODPUT_MODELS:
-        raise InputError("model", model, f"one of {GOODPUT_MODELS}")
+        raise InputError("model", model, f"one of {GOODPUT_MODELS}", flag="--model-kind")
     m = job_mtbf_s(n_gpus, gpu_failure_rate_per_s)
     size = checkpoint_bytes(n_params, bytes_per_param)
     c = checkpoint_write_time_s(size, write_bandwidth_bytes_per_s)

@@ -145,3 +145,17 @@ def test_reshard_always_under_pp_is_said_to_be_priced_as_the_default(tmp_path):
     cj = read_job([str(tmp_path / "j.toml")])
     assert cj.parallel.pp == 2 and cj.parallel.zero == 3
     assert any("always under pipeline parallelism" in u for u in cj.unmodelled)
+
+
+@needs_toml
+def test_a_negated_boolean_flag_clash_names_the_flag_to_write(tmp_path):
+    shutil.copy(TT_TOML, tmp_path / "llama3_8b.toml")
+    (tmp_path / "n.sh").write_text("torchrun --nproc_per_node 8 -m torchtitan.train --job.config_file llama3_8b.toml "
+                                   "--parallelism.tensor_parallel_degree 8 --parallelism.no_enable_async_tensor_parallel\n")
+    cj = read_job([str(tmp_path / "n.sh")])
+    assert cj.parallel.tp == 8 and cj.parallel.tp_comm_overlap is False
+    r = check_job(cj, top=0)
+    f = next(f for f in r.findings if f.id == "hidden-by-engine-option")
+    assert f.edit.verified is False and f.edit.summary[0].startswith("on the launch script's command line")
+    assert "got '--parallelism.no_enable_async_tensor_parallel'" in f.edit.problem
+    assert "expected --parallelism.enable_async_tensor_parallel (" in f.edit.problem
