@@ -134,6 +134,7 @@ def memory_bound_fn(model: ModelSpec, job: Job, C: Constants, engine, capacity_b
     logits = mem.loss_held  # bytes per held logit (the loss's saved softmax)
     acts: dict = {}
     in_flight: dict = {}
+    held_most: dict = {}
 
     def may_fit(tp, pp, dp, cp, ep, v, mb, rec, zero, schedule, sp, flash, unit) -> bool:
         per, emb, per_step, emb_step = states(tp, pp, dp, cp, ep, zero)
@@ -169,13 +170,41 @@ def memory_bound_fn(model: ModelSpec, job: Job, C: Constants, engine, capacity_b
         n_act = room / (per + grow * ks * a)
         room_step = np.full(pp, room0)
         room_step[0] -= emb + grow * emb_step
-        n_max = np.minimum(L, unit * np.floor(np.minimum(n_act, room_step / step_layer) / unit * (1 + 1e-12)))
+        n_lim = np.minimum(n_act, room_step / step_layer)
+        if v > 1:
+            # Chunk-micro-batches held at the schedule's fullest moment (the memory model's own
+            # moment table), each chunk of a stage of n layers holding at least floor(n / v) - d
+            # of them (d = 1 on the outer ranks, whose chunks may give a slot to the embedding or
+            # the loss: memory.chunk_layers), each less one hidden-state tensor where the engine
+            # counts it as a receive buffer: mem_i(n) >= r_i + n p + (1 + f) a H_i ((n - v + 1) / v - d_i) - (1 + f) H_i x.
+            hk = (schedule, pp, v, m)
+            hs = held_most.get(hk)
+            if hs is None:
+                hs = held_most[hk] = _held_most(schedule, pp, v, m)
+            d = np.zeros(pp)
+            d[0] = d[-1] = 1.0
+            room_h = np.full(pp, room0) + grow * hs * x + grow * a * hs * ((v - 1) / v + d)
+            room_h[0] -= emb
+            n_lim = np.minimum(n_lim, room_h / (per + grow * a * hs / v))
+        n_max = np.minimum(L, unit * np.floor(n_lim / unit * (1 + 1e-12)))
         least = np.full(pp, v)
         if v > 1 and outer_short:
             least[0] = least[-1] = v - 1
         return bool((n_max >= least).all() and n_max.sum() >= L)
 
     return may_fit
+
+
+def _held_most(schedule: str, pp: int, v: int, m: int):
+    """Per rank, the most chunk-micro-batches it holds at one moment of its step
+    (planner.cost.memory_schedule.moment_table, as planner.cost.memory_peak walks it)."""
+    import numpy as np  # noqa: PLC0415
+
+    from planner.cost.memory_schedule import moment_table, steady_microbatches  # noqa: PLC0415
+
+    zb = schedule in ("zb-h1", "zb-h2")
+    return np.array([float(moment_table(schedule, i, pp, v, steady_microbatches(schedule, pp, m), zb).held.sum(axis=1).max())
+                     for i in range(pp)])
 
 
 def per_layer_time(model: ModelSpec, cluster: ClusterSpec, job: Job, lk: tuple, C: Constants, sac: str = "korthikanti",
