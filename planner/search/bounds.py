@@ -161,14 +161,17 @@ def memory_bound_fn(model: ModelSpec, job: Job, C: Constants, engine, capacity_b
         ks = in_flight.get(kk)
         if ks is None:
             ks = in_flight[kk] = np.array([in_flight_lower_bound(schedule, i, pp, m) for i in range(pp)], dtype=float)
-        room = room0 + grow * ks * v * x
+        # torch pipelining's receive buffers: one per micro-batch and direction on each chunk that
+        # has a neighbour there (planner.cost.memory_peak), allocated once, whatever the split
+        recv = m * x * (2.0 * v - (np.arange(pp) == 0) - (np.arange(pp) == pp - 1)) if x else 0.0
+        room = room0 + grow * ks * v * x - recv
         room[0] -= emb
         if schedule not in ("zb-v", "dualpipe"):
             room[-1] -= grow * ks[-1] * held  # the loss's held logits, last rank
         if room.min() < 0:
             return False
         n_act = room / (per + grow * ks * a)
-        room_step = np.full(pp, room0)
+        room_step = np.full(pp, room0) - recv
         room_step[0] -= emb + grow * emb_step
         n_lim = np.minimum(n_act, room_step / step_layer)
         if v > 1:
@@ -183,7 +186,7 @@ def memory_bound_fn(model: ModelSpec, job: Job, C: Constants, engine, capacity_b
                 hs = held_most[hk] = _held_most(schedule, pp, v, m)
             d = np.zeros(pp)
             d[0] = d[-1] = 1.0
-            room_h = np.full(pp, room0) + grow * hs * x + grow * a * hs * ((v - 1) / v + d)
+            room_h = np.full(pp, room0) - recv + grow * hs * x + grow * a * hs * ((v - 1) / v + d)
             room_h[0] -= emb
             n_lim = np.minimum(n_lim, room_h / (per + grow * a * hs / v))
         n_max = np.minimum(L, unit * np.floor(n_lim / unit * (1 + 1e-12)))
