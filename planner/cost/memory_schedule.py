@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 
-__all__ = ["Moment", "MomentTable", "moment_table", "moments", "rank_ops", "steady_microbatches"]
+__all__ = ["Moment", "MomentTable", "is_small_table", "moment_table", "most_held", "moments", "rank_ops", "steady_microbatches"]
 
 
 @dataclass(frozen=True)
@@ -179,11 +179,16 @@ class MomentTable:
 _LARGE_COUNTS = 20_000
 
 
+def is_small_table(schedule: str, pp: int, v: int, m: int) -> bool:
+    """Whether a rank's moment table is small (its entries under ``_LARGE_COUNTS``): cheap to build
+    and kept in the large cache of small tables."""
+    return 2 * steady_microbatches(schedule, pp, m) * v * 3 * v <= _LARGE_COUNTS
+
+
 def moment_table(schedule: str, rank: int, pp: int, v: int, m: int, split_backward: bool = False,
                  track_done: bool = True) -> MomentTable:
     """The moments of rank ``rank`` in step order (:func:`_moment_table`), cached."""
-    counts = 2 * steady_microbatches(schedule, pp, m) * v * 3 * v
-    cache = _large_table if counts > _LARGE_COUNTS else _small_table
+    cache = _small_table if is_small_table(schedule, pp, v, m) else _large_table
     return cache(schedule, rank, pp, v, m, split_backward, track_done)
 
 
@@ -246,6 +251,14 @@ def _moment_table(schedule: str, rank: int, pp: int, v: int, m: int, split_backw
 
 
 _small_table = lru_cache(maxsize=8192)(_moment_table)
+
+
+@lru_cache(maxsize=65536)
+def most_held(schedule: str, rank: int, pp: int, v: int, m: int, split_backward: bool = False) -> int:
+    """The most chunk-micro-batches rank ``rank`` holds at one moment of its step (the table's
+    largest row sum), from a table built for it and not kept (the search's memory bound asks
+    for many that are never priced)."""
+    return int(_moment_table(schedule, rank, pp, v, m, split_backward, False).held.sum(axis=1).max())
 _large_table = lru_cache(maxsize=160)(_moment_table)
 
 

@@ -200,14 +200,18 @@ def memory_bound_fn(model: ModelSpec, job: Job, C: Constants, engine, capacity_b
 
 def _held_most(schedule: str, pp: int, v: int, m: int):
     """Per rank, the most chunk-micro-batches it holds at one moment of its step
-    (planner.cost.memory_schedule.moment_table, as planner.cost.memory_peak walks it)."""
+    (planner.cost.memory_schedule.moment_table, as planner.cost.memory_peak walks it); zeros (no
+    bound from it) where the tables are large: building them for every candidate would cost more
+    memory and time than the bound saves (the 10,000-layer test)."""
     import numpy as np  # noqa: PLC0415
 
-    from planner.cost.memory_schedule import moment_table, steady_microbatches  # noqa: PLC0415
+    from planner.cost.memory_schedule import is_small_table, most_held, steady_microbatches  # noqa: PLC0415
 
+    steady = steady_microbatches(schedule, pp, m)
+    if not is_small_table(schedule, pp, v, steady):
+        return np.zeros(pp)
     zb = schedule in ("zb-h1", "zb-h2")
-    return np.array([float(moment_table(schedule, i, pp, v, steady_microbatches(schedule, pp, m), zb).held.sum(axis=1).max())
-                     for i in range(pp)])
+    return np.array([float(most_held(schedule, i, pp, v, steady, zb)) for i in range(pp)])
 
 
 def per_layer_time(model: ModelSpec, cluster: ClusterSpec, job: Job, lk: tuple, C: Constants, sac: str = "korthikanti",
