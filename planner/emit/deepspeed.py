@@ -154,8 +154,10 @@ def deepspeed_notes(v: PlanView) -> list[str]:
                      "pretrain_gpt.py arguments), which passes its mpu to deepspeed.initialize.")
     if p.pp > 1:
         notes.append(f"Pipeline degree is set in the training script: PipelineModule(layers, num_stages={p.pp}) "
-                     f"(Megatron-DeepSpeed: --pipeline-model-parallel-size {p.pp}); its default partition balances "
-                     f"parameters, the plan priced {list(v.stage_layers)} layers per stage.")
+                     f"(Megatron-DeepSpeed: --pipeline-model-parallel-size {p.pp}, whose GPTModelPipe partitions with "
+                     f"partition_method='type:transformer'). The plan priced the transformer layers spread evenly, "
+                     f"{list(v.stage_layers)} per stage: partition_method='type:<your transformer layer class>' gives it "
+                     "(DeepSpeed's default 'parameters' balances parameter counts, which gives the embedding's stage fewer layers).")
     if p.recompute != "none":
         notes.append("activation_checkpointing only configures deepspeed.checkpointing: the model must call it.")
     if v.job.precision == "fp8":

@@ -172,6 +172,9 @@ class Engine:
     # its unfused backend and Megatron's local attention refuse cp > 1)
     cp_needs_flash: bool = False
     precisions: tuple[str, ...] = ("fp16", "bf16", "fp8")  # the training precisions the engine runs
+    # whether its launch files can set an uneven layer split (False: the engine partitions the
+    # layers itself, so plans keep its default split; DeepSpeed's PipelineModule partition_method)
+    custom_split: bool = True
     cuda_graphs: bool = False  # CUDA-graph capture of layers or of the whole step (--cuda-graph-impl)
     mtp: bool = False  # multi-token prediction modules on the last pipeline stage (--mtp-num-layers)
     # the interleaved schedule's send/recv posted asynchronously and waited only before the chunk
@@ -309,6 +312,7 @@ def _from_dict(d: dict, where: str) -> Engine:
         moe_flex_dispatcher=bool(feats.get("moe_flex_dispatcher", False)),
         cuda_graphs=bool(feats.get("cuda_graphs", False)),
         cp_needs_flash=bool(feats.get("cp_needs_flash", False)),
+        custom_split=bool(feats.get("custom_split", True)),
         precisions=tuple(feats["precisions"]) if feats.get("precisions") is not None else ("fp16", "bf16", "fp8"),
         mtp=bool(feats.get("mtp", False)),
         overlap_p2p_comm=bool(feats.get("overlap_p2p_comm", False)),

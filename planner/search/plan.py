@@ -312,7 +312,7 @@ def plan(
             par = par.replace(cuda_graph=graph)
         evaluated += 1
         lps = lps_fixed or default_split(model, pp, v, eng)
-        may_split = par.pp > 1 and opts.uneven_split and lps_fixed is None
+        may_split = par.pp > 1 and opts.uneven_split and eng.custom_split and lps_fixed is None
         if len(kth) >= top_k:
             # With K plans found, a candidate slower than the K-th under every split cannot
             # enter, whatever its memory: its time alone decides (the memory model is the costly part).
