@@ -154,6 +154,9 @@ def _unbalanced(cj: CheckedJob, e: Estimate, times: list, mean: float) -> Findin
     lps = list(e.layers_per_stage)
     text = f"pipeline stages are unbalanced: the slowest takes {100 * (max(times) / mean - 1):.0f}% more than the mean (layers {lps})"
     ev = {"layers_per_stage": lps, "stage_times_s": [round(t, 6) for t in times]}
+    if not get_engine(cj.engine).custom_split:
+        return Finding("unbalanced-split", "info", f"{text}; {cj.engine} partitions the layers itself (PipelineModule "
+                       "partition_method), so no other split is offered", ev)
     job = dataclasses.replace(cj.job, global_batch_size=cj.job.global_batch_size // cj.flushes)  # one pipeline run's
     try:
         best = optimal_split(cj.model, cj.cluster, job, cj.parallel, e.memory_usable_bytes, DEFAULT_CONSTANTS, get_engine(cj.engine),

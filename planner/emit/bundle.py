@@ -8,7 +8,7 @@ from planner.emit import deepspeed as ds
 from planner.emit import megatron as mg
 from planner.emit import slurm as sl
 from planner.emit import torchtitan as tt
-from planner.emit.common import PlanView, load_plan_view, provenance_lines
+from planner.emit.common import PlanView, fit_problem, load_plan_view, provenance_lines
 from planner.emit.layout import RankLayout
 from planner.errors import InputError
 
@@ -76,6 +76,18 @@ def _one(v: PlanView, engine: str, slurm_engine: str) -> tuple[dict[str, str], l
     raise InputError("engine", engine, "one of " + ", ".join(ENGINES))
 
 
+def _target(v, eng: str) -> str:
+    """The engine profile the ``eng`` files run (planner.emit.deepspeed.deepspeed_engine for DeepSpeed)."""
+    if eng == "deepspeed":
+        from planner.emit.deepspeed import deepspeed_engine  # noqa: PLC0415
+
+        return deepspeed_engine(v)
+    from planner.emit.megatron import MEGATRON_ENGINE  # noqa: PLC0415
+    from planner.emit.torchtitan import TITAN_ENGINE  # noqa: PLC0415
+
+    return {"megatron": MEGATRON_ENGINE, "torchtitan": TITAN_ENGINE}[eng]
+
+
 def emit_bundle(plan_doc: dict, engine: str, rank: int = 1, slurm_engine: str = "megatron") -> tuple[dict[str, str], dict[str, str]]:
     """(files, skipped). ``engine="all"`` emits every engine that can express the plan (and an
     sbatch script for each) and reports the others in ``skipped`` (engine -> reason); it fails
@@ -93,6 +105,8 @@ def emit_bundle(plan_doc: dict, engine: str, rank: int = 1, slurm_engine: str = 
             try:
                 f, n = _one(v, eng, slurm_engine)
                 f.update(sl.slurm_files(v, eng))
+                if (why := fit_problem(v, _target(v, eng))) is not None:
+                    raise InputError(eng, "a plan that does not fit", why)
             except InputError as exc:
                 skipped[eng] = str(exc)
                 if eng == "deepspeed":

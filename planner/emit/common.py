@@ -30,7 +30,7 @@ __all__ = [
     "PlanView",
     "LaunchSpec",
     "load_plan_view",
-    "for_engine",
+    "for_engine", "fit_problem",
     "chunk_sizes",
     "provenance_lines",
     "comment",
@@ -304,8 +304,50 @@ def for_engine(v: PlanView, name: str) -> tuple[PlanView, list[str]]:
             notes.append(f"The plan was priced for {v.engine.name} with cross_entropy={ce}; {target.name} runs its own "
                          f"({target.loss_default}), so that part of the prediction does not carry over.")
             v = replace(v, job=replace(v.job, cross_entropy="auto"))
-    check_engine(v.model, v.job, par, target, v.stage_layers)
-    return replace(v, parallel=par), notes
+        if par.pp > 1 and par.layers_per_stage is not None and not target.custom_split:
+            from planner.engines import default_split  # noqa: PLC0415
+
+            even = default_split(v.model, par.pp, par.vpp or 1, target)
+            if tuple(par.layers_per_stage) != even:  # the engine partitions the layers itself
+                notes.append(f"The plan's layer split {list(par.layers_per_stage)} is not one {target.name} sets; it runs "
+                             f"{list(even)}.")
+                par = replace(par, layers_per_stage=even)
+    check_engine(v.model, v.job, par, target, v.stage_layers if target.name == getattr(v.engine, "name", None) else
+                 (tuple(par.layers_per_stage) if par.layers_per_stage else v.stage_layers))
+    out = replace(v, parallel=par)
+    if v.engine is not None and v.engine.name != target.name and v.cluster is not None:
+        out = _repriced(out, v, target, notes)
+    return out, notes
+
+
+def _repriced(out: PlanView, v: PlanView, target: Engine, notes: list[str]) -> PlanView:
+    """The plan as ``target`` runs it, priced on ``target`` (its kernels, its memory): the
+    provenance lines carry that prediction; a plan that does not fit there gets a warning note and
+    ``predicted["fits"] = False`` (``--emit all`` then leaves that engine out:
+    :func:`fit_problem`)."""
+    from planner.cost.estimate import estimate  # noqa: PLC0415
+
+    e = estimate(out.model, out.cluster, out.job, out.parallel, target)
+    old = v.predicted.get("step_time_s")
+    notes.append(f"Priced again on {target.name}: step {e.step_time_s:.3f} s, MFU {100 * e.mfu:.1f}%, "
+                 f"{gib(e.memory_peak_bytes)} GiB" + (f" (the plan's {v.engine.name} prediction: {old:.3f} s)" if isinstance(old, (int, float)) else ""))
+    if not e.fits:
+        notes.append(f"WARNING: on {target.name} this plan needs {gib(e.memory_peak_bytes)} GiB per GPU, "
+                     f"{gib(e.memory_usable_bytes)} GiB usable: it is not expected to fit; plan with --engine {target.name}.")
+    pred = {**v.predicted, "step_time_s": e.step_time_s, "tokens_per_s": e.tokens_per_s, "mfu": e.mfu,
+            "memory_peak_bytes": e.memory_peak_bytes, "memory_capacity_bytes": e.memory_capacity_bytes, "fits": e.fits}
+    return replace(out, predicted=pred)
+
+
+def fit_problem(v: PlanView, target: str) -> str | None:
+    """Why engine ``target``'s files of this plan are not written by ``--emit all``: the plan
+    priced on ``target`` does not fit its memory (None: it fits, or it is the plan's own engine)."""
+    w, _ = for_engine(v, target)
+    if w.predicted.get("fits") is False:
+        return (f"priced on {target}, the plan needs {gib(w.predicted['memory_peak_bytes'])} GiB per GPU, more than the usable "
+                f"memory (the plan was priced for {v.engine.name}: {gib(v.predicted.get('memory_peak_bytes', 0.0))} GiB); "
+                f"plan with --engine {target}")
+    return None
 
 
 def provenance_lines(v: PlanView, engine: str, target: str) -> list[str]:

@@ -184,6 +184,7 @@ TRAIN_ARGS=()
 
 
 def deepspeed_files(v: PlanView) -> dict[str, str]:
+    v = deepspeed_view(v)[0]  # as DeepSpeed runs it, priced there (the provenance lines' prediction)
     cfg = deepspeed_config(v)
     hosts = hostnames(v.num_nodes)
     hostfile = comment(provenance_lines(v, "DeepSpeed", DEEPSPEED_TARGET)

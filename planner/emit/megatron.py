@@ -336,6 +336,7 @@ def _runs(xs: list[int]) -> str:
 
 
 def megatron_files(v: PlanView) -> dict[str, str]:
+    v = megatron_view(v)[0]  # as megatron-core runs it, priced there (the provenance lines' prediction)
     spec = megatron_launch_spec(v)
     body = [
         "#!/usr/bin/env bash\n",

@@ -39,6 +39,10 @@ SITE_BLOCK = """\
 
 def _engine_parts(v: PlanView, engine: str) -> tuple[object, list[str], dict[str, str], str]:
     """(launch spec, provenance/notes lines, engine files needed next to the script, user block)."""
+    from planner.emit.common import for_engine  # noqa: PLC0415
+
+    v = {"megatron": mg.megatron_view, "deepspeed": ds.deepspeed_view,
+         "torchtitan": lambda w: for_engine(w, tt.TITAN_ENGINE)}.get(engine, lambda w: (w, []))(v)[0]  # priced on that engine
     if engine == "megatron":
         spec = mg.megatron_launch_spec(v)
         lines = provenance_lines(v, "Megatron-LM under SLURM", mg.MEGATRON_TARGET) + mg.megatron_notes(v)

@@ -246,6 +246,7 @@ def _script(v: PlanView, spec: LaunchSpec, target: str, where: str, notes: list[
 
 def torchtitan_files(v: PlanView) -> dict[str, str]:
     """The files of every torchtitan version that runs the plan (0.2.2 TOML, 0.3.0 module)."""
+    v = for_engine(v, TITAN_ENGINE)[0]  # as torchtitan runs it, priced there (the provenance lines' prediction)
     ok, _ = titan_versions(v)
     notes = torchtitan_notes(v)
     files: dict[str, str] = {}

@@ -65,7 +65,7 @@ def test_unknown_rank_and_engine():
 
 
 def test_write_files_all_or_nothing(tmp_path):
-    files = emit_files(load("llama8b_fsdp_64gpu"), "all", 1)  # all three engines run it
+    files = emit_files(load("gpt_dense_16gpu"), "all", 1)  # Megatron-LM and DeepSpeed run it and fit
     out = tmp_path / "out"
     written = write_files(files, out)
     assert sorted(p.name for p in written) == sorted(files)
@@ -132,3 +132,17 @@ def test_cli_launch(tmp_path, capsys):
     assert main(["launch", str(bad), "--engine", "megatron", "--out", str(tmp_path / "b")]) == 2
     assert main(["launch", plan, "--engine", "nope", "--out", str(tmp_path / "n")]) == 2
     json.loads((FIXTURES / "llama70b_64gpu.json").read_text())  # fixture untouched
+
+
+def test_emit_all_prices_each_engine_and_leaves_out_those_it_does_not_fit():
+    """--emit all re-prices the plan on each target engine: the files carry that engine's
+    prediction, and an engine on which the plan does not fit is left out with the reason (a
+    megatron-core plan of Llama 3.1 8B at 8K with tp 2 needs ~480 GiB per GPU on Megatron-DeepSpeed,
+    whose attention is unfused)."""
+    from planner.emit.bundle import emit_bundle  # noqa: PLC0415
+
+    files, skipped = emit_bundle(load("gpt_dense_16gpu"), "all", 1)
+    assert "ds_config.json" in files and "megatron_launch.sh" in files
+    assert "Priced again on" in files["plan_summary.txt"]
+    files, skipped = emit_bundle(load("llama8b_fsdp_64gpu"), "all", 1)
+    assert "ds_config.json" not in files and "priced on megatron-deepspeed, the plan needs" in skipped["deepspeed"]
