@@ -69,6 +69,11 @@ def read_deepspeed_json(path: Path, base: Draft | None = None) -> Draft:
     if base is not None:
         d.files.append(str(path))
         d.fmt = "megatron-deepspeed"
+    prov = doc.get("_planner")
+    if isinstance(prov, dict) and prov.get("engine") == "megatron-deepspeed" and d.engine == "deepspeed":
+        # planner launch wrote it for Megatron-DeepSpeed (its tensor parallelism): the job runs there
+        d.engine = "megatron-deepspeed"
+        d.notes.append(f"{name}: written by planner launch for megatron-deepspeed (its _planner block): priced there")
     for k in doc:
         if k == "_planner":
             continue

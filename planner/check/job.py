@@ -194,7 +194,7 @@ def _cluster(d: Draft, o: Overrides) -> ClusterSpec:
     gpn = d.get("hardware.gpus_per_node")
     if gpn is not None and n < gpn:
         gpn = n
-    return make_cluster(gpu, n, gpn)
+    return make_cluster(gpu, n, gpn, d.get("hardware.inter_node"))  # the network the planner's provenance names, else the default
 
 
 def finish(d: Draft, o: Overrides | None = None) -> CheckedJob:

@@ -91,6 +91,9 @@ def provenance(text: str) -> dict:
     m = re.search(r"\((\d+)\s+node\(?s?\)?\s*x\s*(\d+)\)", text)
     if m:
         out.setdefault("gpus_per_node", int(m.group(2)))
+    m = re.search(r"network (infiniband|roce|ethernet|omnipath) (\d+) x ([\d.]+) Gb/s per node", text)
+    if m:
+        out.setdefault("inter_node", {"kind": m.group(1), "nics_per_node": int(m.group(2)), "gbps_per_nic": float(m.group(3))})
     models = set(preset_ids("models"))
     for m in re.finditer(r"\bmodel[\s:=]+([A-Za-z0-9][\w.\-]*)", text):
         cand = m.group(1).rstrip(".;,")
@@ -146,6 +149,8 @@ def apply_provenance(d: Draft, paths: list[Path]) -> None:
         d.set("hardware.num_gpus", info["num_gpus"], "file", src)
     if "gpus_per_node" in info and not d.has("hardware.gpus_per_node"):
         d.set("hardware.gpus_per_node", info["gpus_per_node"], "file", src)
+    if "inter_node" in info and not d.has("hardware.inter_node"):
+        d.set("hardware.inter_node", info["inter_node"], "file", src)
     if "model" in info:
         d.model_id = info["model"]
         if d.model is None and not d.has("model.layers"):

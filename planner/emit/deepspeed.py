@@ -98,7 +98,9 @@ def deepspeed_config(v: PlanView) -> dict:
         cfg["communication_data_type"] = gdt
     zero: dict = {"stage": p.zero}
     if p.zero >= 1:
-        zero.update({"overlap_comm": True, "contiguous_gradients": True, "reduce_scatter": True,
+        # overlap_comm is the plan's overlap_grad_reduce (what it was priced with; DeepSpeed's own
+        # default is stage == 3, zero/config.py)
+        zero.update({"overlap_comm": bool(p.overlap_grad_reduce), "contiguous_gradients": True, "reduce_scatter": True,
                      "reduce_bucket_size": 500_000_000, "allgather_bucket_size": 500_000_000})
     if p.zero == 3:
         zero.update({"stage3_prefetch_bucket_size": 50_000_000, "stage3_param_persistence_threshold": 100_000,

@@ -144,3 +144,28 @@ def test_the_slurm_batch_file_reads_its_own_sbatch_lines(tmp_path):
     cj = read_job([str(tmp_path / "slurm_megatron.sbatch")])
     assert cj.cluster.num_gpus == 16 and cj.sources["hardware.num_gpus"][1].kind == "file"
     assert not any("GPU count is not in the file" in n for n in cj.notes)
+
+
+def test_launch_files_carry_the_plans_network_and_check_prices_on_it(tmp_path):
+    """The provenance names the plan's scale-out network; check reads it back, so a plan on
+    4 x 200 Gb/s HDR reads back at the planned step, not on the default 8 x 400 Gb/s; and DeepSpeed
+    files written for Megatron-DeepSpeed are priced there, as the header says."""
+    import json as _json  # noqa: PLC0415
+
+    from planner.check import read_job  # noqa: PLC0415
+    from planner.check.job import estimate_as_written  # noqa: PLC0415
+
+    from tests.conftest import run_cli  # noqa: PLC0415
+
+    code, out, err = run_cli(["plan", "--model", "gpt3-1.3b", "--gpu", "a100-sxm4-80gb", "--gpus", "16", "-s", "2048", "-b", "256",
+                              "--nic-gbps", "200", "--nics-per-node", "4", "--engine", "megatron-deepspeed", "--tp", "2",
+                              "--top", "1", "--json"])
+    assert code == 0, err
+    doc = _json.loads(out)
+    (tmp_path / "p.json").write_text(out)
+    code, _, err = run_cli(["launch", str(tmp_path / "p.json"), "--engine", "deepspeed", "--out", str(tmp_path / "ds")])
+    assert code == 0, err
+    assert "network infiniband 4 x 200 Gb/s per node" in (tmp_path / "ds" / "deepspeed_launch.sh").read_text()
+    cj = read_job([str(tmp_path / "ds")])
+    assert cj.engine == "megatron-deepspeed" and cj.cluster.inter.gbps_per_nic == 200 and cj.cluster.inter.nics_per_node == 4
+    assert abs(estimate_as_written(cj).step_time_s - doc["plans"][0]["predicted"]["step_time_s"]) < 1e-6
