@@ -147,6 +147,10 @@ class ModelSpec:
     # Megatron-core --mtp-num-layers): each is an embedding + hidden norm, a 2h -> h projection,
     # one transformer layer and the shared output head with its own loss.
     mtp_layers: int = 0
+    # RMS norms on the query and key heads before the rotary embedding (Qwen3, OLMo 2: Megatron
+    # --qk-layernorm), written to the launch files; not priced (two per-head norms, well under 1%
+    # of a layer's time)
+    qk_norm: bool = False
     source: str = ""
 
     def __post_init__(self) -> None:

@@ -19,7 +19,7 @@ from planner.specs import ENGINE_FIELDS, ClusterSpec, Job, ModelSpec, ParallelCo
 __all__ = ["Source", "Draft", "CheckedJob", "Overrides", "finish", "MODEL_FIELDS", "PARALLEL_FIELDS"]
 
 MODEL_FIELDS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "tied_embeddings", "head_dim", "bias",
-                "norm", "position_embedding", "rope_theta", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "mtp_layers", "moe")
+                "norm", "position_embedding", "rope_theta", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "mtp_layers", "qk_norm", "moe")
 PARALLEL_FIELDS = tuple(ParallelConfig.__dataclass_fields__)
 DEFAULT_GPU = "h100-sxm5-80gb"
 

@@ -233,6 +233,8 @@ def _model(d: Draft, p: Parsed) -> None:
     if kind == "rope":
         _set(d, "model.rope_theta", float(p.int("--rotary-base", 10000)), p, "--rotary-base", "Megatron default rotary base 10000 (arguments.py:2418)")
     _set(d, "model.mtp_layers", p.int("--mtp-num-layers", 0) or 0, p, "--mtp-num-layers", "Megatron default: no multi-token prediction")
+    if not p.has("--multi-latent-attention"):  # with MLA the flag norms the latents, not the heads
+        _set(d, "model.qk_norm", p.has("--qk-layernorm"), p, "--qk-layernorm", "Megatron default: no query/key norms")
     _vocab(d, p)
     _moe(d, p)
     _dropout(d, p)

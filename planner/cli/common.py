@@ -242,7 +242,7 @@ def plan_document(setup: Setup, plans: list, search: dict | None) -> dict:
         "moe": None if m.moe is None else {"experts": m.moe.experts, "top_k": m.moe.top_k, "expert_ffn_hidden": m.moe.expert_ffn_hidden, "shared_experts": m.moe.shared_experts, "dense_layers": m.moe.dense_layers,
                                             "capacity_factor": m.moe.capacity_factor},
         "q_lora_rank": m.q_lora_rank, "kv_lora_rank": m.kv_lora_rank, "qk_rope_head_dim": m.qk_rope_head_dim, "v_head_dim": m.v_head_dim,
-        "position_embedding": m.position_embedding, "rope_theta": m.rope_theta, "mtp_layers": m.mtp_layers,
+        "position_embedding": m.position_embedding, "rope_theta": m.rope_theta, "mtp_layers": m.mtp_layers, "qk_norm": m.qk_norm,
     }
     hardware = {
         "gpu": c.gpu.id, "num_gpus": c.num_gpus, "gpus_per_node": c.gpus_per_node, "num_nodes": c.num_nodes,

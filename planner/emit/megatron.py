@@ -66,6 +66,8 @@ def _model_args(v: PlanView) -> list[str]:
             a += ["--q-lora-rank", m.q_lora_rank]
     elif m.kv_heads != m.heads:  # grouped-query attention (ARGS:2382; exclusive with MLA, ARGS:1973)
         a += ["--group-query-attention", "--num-query-groups", m.kv_heads]
+    if m.qk_norm and not m.is_mla:  # norms of the query and key heads (Qwen3; TransformerConfig.qk_layernorm)
+        a += ["--qk-layernorm"]
     a += ["--kv-channels", m.head_dim, "--seq-length", j.seq_len, "--max-position-embeddings", j.seq_len]
     if m.position_embedding == "rope":
         a += ["--position-embedding-type", "rope"]

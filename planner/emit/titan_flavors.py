@@ -52,6 +52,8 @@ class Flavor:
         mla = (m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim, m.v_head_dim) if m.is_mla else None
         if moe != self.moe or mla != self.mla:
             return False
+        if m.qk_norm and self.name != _Q3:  # only torchtitan's qwen3 normalises the query and key heads
+            return False
         return self.ffn_hidden is None or m.ffn_hidden == self.ffn_hidden
 
 

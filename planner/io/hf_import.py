@@ -313,6 +313,9 @@ def model_from_hf_config(data: dict, name: str = "hf-model") -> ModelSpec:
     else:
         bias = r.bool_("attention_bias", False) or r.bool_("mlp_bias", False) or mlp == "gelu"
     tied = r.bool_("tie_word_embeddings", family not in _UNTIED_DEFAULT)
+    # Qwen3 and OLMo 2 normalise each query and key head (modeling_qwen3.py Qwen3Attention q_norm /
+    # k_norm; modeling_olmo2.py q_norm / k_norm): Megatron --qk-layernorm
+    qk_norm = family in ("qwen3", "qwen3_moe", "olmo2")
     window = d.get("sliding_window")
     if isinstance(window, int) and window > 0 and d.get("use_sliding_window", True) is not False:
         notes.append(f"sliding_window {window}: attention priced over the whole sequence (layers with a window attend at most "
@@ -340,6 +343,7 @@ def model_from_hf_config(data: dict, name: str = "hf-model") -> ModelSpec:
         position_embedding="rope" if (d.get("rope_theta") is not None or d.get("rotary_emb_base") is not None
                                       or family not in ("gpt2",)) else "learned",
         rope_theta=_rope_theta(d),
+        qk_norm=qk_norm,
         source=source,
     )
 

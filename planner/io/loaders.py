@@ -49,7 +49,7 @@ _MODEL_KEYS = {
     "id", "name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp",
     "tied_embeddings", "head_dim", "moe", "bias", "norm", "q_lora_rank", "kv_lora_rank",
     "qk_rope_head_dim", "v_head_dim", "max_seq_len", "sources", "source", "notes", "family", "published_params_b",
-    "position_embedding", "rope_theta", "mtp_layers",
+    "position_embedding", "rope_theta", "mtp_layers", "qk_norm",
 }
 
 
@@ -166,6 +166,7 @@ def model_from_dict(d: dict, where: str = "model", strict: bool = True) -> Model
         position_embedding=d.get("position_embedding"),
         rope_theta=None if d.get("rope_theta") is None else float(d["rope_theta"]),
         mtp_layers=int(d.get("mtp_layers", 0) or 0),
+        qk_norm=bool(d.get("qk_norm", False)),
         source="; ".join(sources) if isinstance(sources, list) else str(sources),
     )
 

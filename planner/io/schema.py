@@ -97,7 +97,7 @@ MODEL_SCHEMA: Schema = {
     "!layers": "layers", "!hidden": "width", "!heads": "width", "kv_heads": "width?", "!ffn_hidden": "width",
     "!vocab": "vocab", "mlp": MLP, "tied_embeddings": "bool?", "head_dim": "width?", "moe": "moe?", "bias": "bool",
     "norm": NORM, "q_lora_rank": "int0?", "kv_lora_rank": "int0?", "qk_rope_head_dim": "int0?", "v_head_dim": "int0?",
-    "position_embedding": _choice("rope", "learned"), "rope_theta": "num+?", "mtp_layers": "int0?",
+    "position_embedding": _choice("rope", "learned"), "rope_theta": "num+?", "mtp_layers": "int0?", "qk_norm": "bool?",
     "max_seq_len": "int+?", "id": "any", "name": "any", "sources": "any", "source": "any", "notes": "any",
     "family": "any", "published_params_b": "num+?",
 }

@@ -264,3 +264,21 @@ def test_import_notes_reach_plan_estimate_and_check(tmp_path) -> None:
     code, out, err = run_cli(["check", str(tmp_path / "m" / "megatron_launch.sh"), "--model", cfg])
     assert code in (0, 1), err
     assert "note: model import notes: sliding_window 4096" in out
+
+
+def test_qwen3_query_key_norms_reach_the_megatron_launch_file(tmp_path) -> None:
+    """Qwen3 normalises each query and key head: the import says so (qk_norm), the Megatron launch
+    file writes --qk-layernorm and check reads it back; Llama has none."""
+    from tests.conftest import run_cli  # noqa: PLC0415
+
+    assert model_from_hf_config(_load("qwen3-30b-a3b")).qk_norm is True
+    assert model_from_hf_config(_load("llama-3.1-8b")).qk_norm is False
+    assert load_model("qwen3-30b-a3b").qk_norm is True and load_model("llama3.1-8b").qk_norm is False
+    for model, want in (("qwen3-30b-a3b", True), ("llama3.1-8b", False)):
+        out = tmp_path / model
+        code, _, err = run_cli(["plan", "--model", model, "--gpus", "16", "--top", "1", "--emit", "megatron", "--out", str(out)])
+        assert code == 0, err
+        assert ("--qk-layernorm" in (out / "megatron_launch.sh").read_text()) is want
+        from planner.check import read_job  # noqa: PLC0415
+
+        assert read_job([str(out / "megatron_launch.sh")]).model.qk_norm is want
