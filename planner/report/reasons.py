@@ -72,6 +72,19 @@ def step_terms(e) -> list[tuple[str, float, str]]:
     return sorted(out, key=lambda x: -x[1])
 
 
+def _by_term(e) -> dict:
+    """Term name without its link (``dp``, not ``dp ib``) -> (exposed seconds, phrase): two plans
+    whose data-parallel traffic crosses different links still compare it."""
+    names = {n for n, _, _, _ in TERMS}
+    out: dict = {}
+    for name, t, phrase in step_terms(e):
+        head = name.split(" ", 1)[0]
+        key = head if head in names else name
+        old = out.get(key, (0.0, phrase))
+        out[key] = (old[0] + t, phrase)
+    return out
+
+
 def bound_label(e) -> str:
     """The largest exposed term and its share of the step: ``compute 71%``, ``dp ib 9%``;
     ``memory!`` when the plan does not fit."""
@@ -118,8 +131,7 @@ def recommendation(plans: list) -> str:
     knobs = knob_changes(p1.parallel, p2.parallel)
     if getattr(p1.estimate, "engine", None) != getattr(p2.estimate, "engine", None):  # --engine auto
         knobs = [f"{p1.estimate.engine} vs {p2.estimate.engine}", *knobs][:3]
-    t1 = {name: (t, phrase) for name, t, phrase in step_terms(e1)}
-    t2 = {name: (t, phrase) for name, t, phrase in step_terms(e2)}
+    t1, t2 = _by_term(e1), _by_term(e2)
     deltas = sorted(((t2.get(k, (0.0, ""))[0] - t1[k][0], t1[k][1]) for k in t1), key=lambda x: x[0])
     gain, gain_phrase = deltas[-1]
     cost, cost_phrase = deltas[0]
@@ -138,6 +150,6 @@ def recommendation(plans: list) -> str:
     near = [p for p in plans if p.estimate.step_time_s <= e1.step_time_s * 1.01]
     if len(near) > 1:
         roomy = min(near, key=lambda p: (p.estimate.memory_peak_bytes, p.rank))
-        line += (f"; {plural(len(near), 'plan')} within 1% of #1, closer than the cost model can rank:"
+        line += (f"; {plural(len(near) - 1, 'other plan')} within 1% of #1, closer than the cost model can rank:"
                  f" pick among them by memory headroom (#{roomy.rank} needs the least, {gib(roomy.estimate.memory_peak_bytes)} GiB)")
     return line
