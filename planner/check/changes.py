@@ -22,6 +22,7 @@ from planner.cost.estimate import estimate
 from planner.cost.result import Estimate
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
 from planner.report.explain import changes as one_knob
+from planner.report.reasons import TIE_PCT
 from planner.search.plan import plan
 from planner.search.space import FIELDS, SearchOptions
 from planner.specs import ParallelConfig
@@ -63,6 +64,9 @@ def _fixed(par: ParallelConfig, released: tuple, uncontrolled: tuple = ()) -> di
     does not set (the engine decides them, as it would for the change)."""
     keep = set(FIELDS) | {"layers_per_stage", "zero_shard_degree"}
     return {k: v for k, v in par.as_dict().items() if k in keep and k not in released and k not in uncontrolled and v is not None}
+
+
+MIN_GAIN = TIE_PCT / 100  # the fraction of the step a change must save to be listed: the plans' tie band
 
 
 def what_if(cj: CheckedJob, **fields) -> Estimate | None:
@@ -115,7 +119,9 @@ def best_changes(cj: CheckedJob, base: Estimate, k: int = 5, time_limit_s: float
         pass
     out = [c for c in found.values() if _key(c.parallel) != _key(cj.parallel)]
     if base.fits:
-        out = [c for c in out if c.estimate.fits and c.gain_s > 1e-4 * base.step_time_s]
+        # a change must gain more than the tie band of the plan tables (0.1%): smaller ones are below
+        # what the cost model can rank
+        out = [c for c in out if c.estimate.fits and c.gain_s > MIN_GAIN * base.step_time_s]
         out.sort(key=lambda c: (-c.gain_s, len(c.released), c.label))
     else:
         out.sort(key=lambda c: (not c.estimate.fits, c.estimate.step_time_s if c.estimate.fits else c.estimate.memory_peak_bytes, c.label))
