@@ -218,6 +218,9 @@ class GpuSpec:
     tdp_w: float = 400.0
     sources: tuple[str, ...] = ()
     mx_formats: bool = False  # tensor cores with OCP microscaling (MXFP8) operands: Blackwell (sm_100)
+    # the scale-out network of the vendor's reference node for this GPU ((kind, Gb/s per NIC, NICs
+    # per node); DGX A100: 8 x 200 Gb/s HDR): a cluster's default when none is given; None: 8 x 400 Gb/s
+    scale_out: tuple | None = None
 
     def __post_init__(self) -> None:
         _positive_float(f"gpu[{self.id}].memory_bytes", self.memory_bytes)

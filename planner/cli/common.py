@@ -144,7 +144,11 @@ def setup_from_flags(
         if nic_gbps is not None or nics_per_node is not None or network is not None:
             if network is not None and network not in ("infiniband", "roce", "ethernet", "omnipath"):
                 raise InputError("--network", network, "one of infiniband, roce, ethernet, omnipath")
-            inter = {"kind": _none(network, "infiniband"), "gbps_per_nic": _none(nic_gbps, 400), "nics_per_node": _none(nics_per_node, 8)}
+            from planner.io.loaders import load_gpu  # noqa: PLC0415
+
+            # the flags not given keep the GPU's reference node (its preset's scale_out), else 8 x 400 Gb/s InfiniBand
+            kind0, gbps0, nics0 = load_gpu(gpu_id).scale_out or ("infiniband", 400.0, 8)
+            inter = {"kind": _none(network, kind0), "gbps_per_nic": _none(nic_gbps, gbps0), "nics_per_node": _none(nics_per_node, nics0)}
         c = make_cluster(gpu_id, _default(gpus, "gpus"), gpus_per_node, inter)
     job = Job(_default(seq_len, "seq_len"), _default(global_batch_size, "global_batch_size"), _default(precision, "precision"))
     return Setup(m, c, job, fixed, model_id, gpu_id)

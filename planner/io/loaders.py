@@ -111,6 +111,8 @@ def gpu_from_dict(d: dict, where: str = "gpu") -> GpuSpec:
         tdp_w=float(d.get("tdp_w", 400)),
         sources=tuple(d.get("sources", ()) or ()),
         mx_formats=bool(d.get("mx_formats", False)),
+        scale_out=None if not d.get("scale_out") else (str(d["scale_out"].get("kind", "infiniband")),
+                                                       float(d["scale_out"]["gbps_per_nic"]), int(d["scale_out"]["nics_per_node"])),
     )
 
 
@@ -259,6 +261,8 @@ def make_cluster(
     tiers = ()
     if inter_node and inter_node.get("tiers") is not None:
         tiers = tiers_from_list(inter_node["tiers"])
+    if inter_node is None and g.scale_out is not None:  # the GPU's reference node (its preset's scale_out)
+        inter_node = dict(zip(("kind", "gbps_per_nic", "nics_per_node"), g.scale_out))
     return ClusterSpec(name=name, gpu=g, num_gpus=num_gpus, gpus_per_node=gpn, intra=_intra(g, intra), inter=_inter(inter_node), tiers=tiers,
                        collective_latency_s=NCCL_CALL_LATENCY_S)
 

@@ -107,7 +107,7 @@ GPU_SCHEMA: Schema = {
     "!memory_gib": "gib", "!hbm_bandwidth_gbs": "num+", "!peak_tflops": _PEAKS, "matmul_ceiling": _CEIL,
     "nvlink_gbs_per_direction": "num0?", "intra_node": INTRA_KIND, "nvlink_generation": "int0?",
     "gpus_per_node": "gpn", "nvlink_domain": "int0?", "sm_count": "int+", "tdp_w": "num+", "id": "any", "name": "any", "sources": "any",
-    "notes": "any", "mx_formats": "bool",
+    "notes": "any", "mx_formats": "bool", "scale_out": "inter?",
 }
 INTRA_SCHEMA: Schema = {"kind": INTRA_KIND, "gbs_per_direction": "num+", "latency_us": "num0", "efficiency": "frac", "domain_size": "gpus"}
 INTER_SCHEMA: Schema = {

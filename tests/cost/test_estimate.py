@@ -115,12 +115,12 @@ def test_dp_across_nodes_by_hand():
     # 16 A100s, tp = 8 per node, dp = 2 across nodes: one rank per node in the dp group, so a
     # flat two-rank allreduce over the network at that rank's NIC share: 2 a_net + n / B_net.
     model = gpt(16, 2048, 16)
-    cluster = make_cluster("a100-sxm4-80gb", 16)  # 8 x 400 Gb/s InfiniBand per node (default)
+    cluster = make_cluster("a100-sxm4-80gb", 16)  # 8 x 200 Gb/s HDR InfiniBand per node (DGX A100, the preset's scale_out)
     job = Job(seq_len=2048, global_batch_size=32, precision="bf16")
     par = ParallelConfig(tp=8, pp=1, dp=2, micro_batch_size=1, overlap_grad_reduce=False, zero=0)
     est = estimate(model, cluster, job, par)
     a_net = cluster.inter.latency_s
-    b_net = 400e9 / 8 * 8 * cluster.inter.efficiency / 8  # per GPU
+    b_net = 200e9 / 8 * 8 * cluster.inter.efficiency / 8  # per GPU
     p = M.stage_params(model, 16, 0, 1, 8, 1, n_dense=16)
     grad = (p["layers"] + p["embedding"] + p["output"]) * 4  # fp32 main gradients (bf16)
     dp = next(c for c in est.comm if c["kind"] == "dp")

@@ -296,3 +296,16 @@ def test_model_parameter_count_matches_published(mid):
 
 def test_every_model_states_a_published_count():
     assert not [m for m in MODELS if "published_params_b" not in _raw("models", m)]
+
+
+def test_a_clusters_default_network_is_its_gpus_reference_node():
+    """Without --nic-gbps/--cluster, a cluster gets the scale-out network of the GPU's reference
+    node (DGX A100: 8 x 200 Gb/s HDR; DGX-1: 4 x 100 Gb/s EDR), else 8 x 400 Gb/s (DGX H100/B200);
+    an explicit network wins."""
+    from planner.io.loaders import make_cluster  # noqa: PLC0415
+
+    net = lambda c: (c.inter.kind, c.inter.gbps_per_nic, c.inter.nics_per_node)  # noqa: E731
+    assert net(make_cluster("a100-sxm4-80gb", 64)) == ("infiniband", 200.0, 8)
+    assert net(make_cluster("v100-sxm2-32gb", 64)) == ("infiniband", 100.0, 4)
+    assert net(make_cluster("h100-sxm5-80gb", 64)) == ("infiniband", 400.0, 8)
+    assert net(make_cluster("a100-sxm4-80gb", 64, inter_node={"kind": "roce", "gbps_per_nic": 400, "nics_per_node": 8})) == ("roce", 400.0, 8)
