@@ -97,3 +97,12 @@ def test_collective_takes_public_types():
     node = planner.collective("allreduce", 2**30, c, gpus=8)
     assert isinstance(whole, planner.CollectiveResult) and whole.gpus == 64 and node.gpus == 8
     assert node.time_s < whole.time_s
+
+
+def test_plan_takes_engine_as_estimate_does():
+    import planner  # noqa: PLC0415
+
+    m, c, j = planner.load_model("llama3.1-8b"), planner.make_cluster("h100-sxm5-80gb", 16), planner.Job(8192, 64)
+    a = planner.plan(m, c, j, top_k=1, engine="torchtitan").plans[0]
+    b = planner.plan(m, c, j, top_k=1, options=planner.SearchOptions(engine="torchtitan")).plans[0]
+    assert a.estimate.engine == "torchtitan" and a.parallel == b.parallel and a.estimate.step_time_s == b.estimate.step_time_s

@@ -187,8 +187,10 @@ def plan(
     objective: str = "time",
     goodput: object = None,
     constants: Constants | None = None,
+    engine: str | None = None,
 ) -> PlanResult:
-    """The ``top_k`` fastest plans that fit, best first, on the engine ``options.engine``.
+    """The ``top_k`` fastest plans that fit, best first, on the engine ``options.engine``
+    (``engine=``, as planner.estimate takes it, sets ``options.engine``).
 
     Raises NoFeasiblePlan (with the nearest miss and what would make it fit) when none does, and
     SolverFailure (with the best plans found so far) when the search runs past ``time_limit_s``
@@ -201,6 +203,8 @@ def plan(
     >>> best.estimate.fits
     True
     """
+    if engine is not None:  # planner.estimate's spelling; it sets options.engine
+        options = replace(options or SearchOptions(), engine=engine)
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise InputError("top_k", top_k, "a positive integer", flag="--top")
     if objective not in OBJECTIVES:
