@@ -183,13 +183,18 @@ def _draft(engine_files, files, launches=()) -> Draft:
 
         return read_titan_py(path, suffix or (launch.function if launch else None), launch)
     base = None
+    if len(scripts) > 1 and any(not p.name.endswith(".sbatch") for p, _ in scripts):
+        # planner launch's slurm_*.sbatch runs the same job as the launch script beside it: read that
+        scripts = [s for s in scripts if not s[0].name.endswith(".sbatch")]
     for path, _ in scripts:
         kind, info = _script_kind(path)
         if kind == "megatron" and not jsons:
             from planner.check.megatron import read_megatron  # noqa: PLC0415
 
             if len(scripts) > 1:
-                raise InputError(", ".join(str(p) for p, _ in scripts), "several launch scripts", "one job's launch script")
+                raise InputError(", ".join(str(p) for p, _ in scripts), "several launch scripts",
+                                 "one job's launch script (a folder `--emit all` wrote holds one per engine: add --engine "
+                                 "megatron-core, deepspeed or torchtitan, or name the files)")
             return read_megatron(path)
         if kind == "megatron-deepspeed":
             from planner.check.megatron_ds import read_megatron_deepspeed  # noqa: PLC0415
