@@ -106,3 +106,14 @@ def test_plan_takes_engine_as_estimate_does():
     a = planner.plan(m, c, j, top_k=1, engine="torchtitan").plans[0]
     b = planner.plan(m, c, j, top_k=1, options=planner.SearchOptions(engine="torchtitan")).plans[0]
     assert a.estimate.engine == "torchtitan" and a.parallel == b.parallel and a.estimate.step_time_s == b.estimate.step_time_s
+
+
+def test_sequence_parallelism_without_tensor_parallelism_resolves_off():
+    """Megatron-LM's validate_args turns --sequence-parallel off at tp 1; the planner resolves it
+    so in every door (the API here)."""
+    import planner  # noqa: PLC0415
+
+    m, c, j = planner.load_model("llama3.1-8b"), planner.make_cluster("h100-sxm5-80gb", 8), planner.Job(4096, 64)
+    e = planner.estimate(m, c, j, planner.ParallelConfig(tp=1, sequence_parallel=True))
+    assert e.parallel.sequence_parallel is False and "sequence_parallel" in e.resolved
+    assert planner.estimate(m, c, j, planner.ParallelConfig(tp=2, sequence_parallel=True)).parallel.sequence_parallel is True

@@ -102,9 +102,11 @@ def cp_attention_why(engine: Engine, attention: str | None, gpu: GpuSpec | None 
 def engine_flags(engine: Engine, gpu: GpuSpec, tp: int, zero: int, given: dict | None = None, pp: int = 1) -> dict:
     """The engine-decided fields for tensor degree ``tp`` and ZeRO stage ``zero``: sequence
     parallelism, attention kernel, the TP and data-parallel overlaps. ``given`` holds values the
-    user set (kept as they are; the others follow from them)."""
+    user set (kept as they are, except sequence parallelism without tensor parallelism, which is
+    off: Megatron-LM's validate_args turns it off, arguments.py "Disabling sequence parallelism
+    because tensor model parallelism is disabled"; the others follow from them)."""
     g = {k: v for k, v in (given or {}).items() if v is not None}
-    sp = g.get("sequence_parallel", bool(engine.sequence_parallel and tp > 1))
+    sp = bool(g.get("sequence_parallel", engine.sequence_parallel) and tp > 1)
     out = {"sequence_parallel": sp,
            "attention": attention_kernel(engine, gpu, g.get("attention")),
            "tp_comm_overlap": g.get("tp_comm_overlap", bool(engine.tp_comm_overlap and sp and tp > 1
@@ -312,6 +314,8 @@ def resolve(par: ParallelConfig, model: ModelSpec, cluster: ClusterSpec, job: Jo
         ch["etp"] = default_etp(par.tp, ch.get("dp", par.dp), par.cp, par.ep)
     flags = engine_flags(engine, cluster.gpu, par.tp, zero, {k: getattr(par, k) for k in _FLAG_FIELDS}, par.pp)
     ch.update({k: v for k, v in flags.items() if getattr(par, k) is None})
+    if par.sequence_parallel and par.tp == 1:
+        ch["sequence_parallel"] = False  # nothing to shard over (engine_flags: Megatron turns it off)
     out = replace(par, **ch) if ch else par
     if par.moe_a2a_overlap is None:
         ch["moe_a2a_overlap"] = a2a_overlap_why(engine, model, out.ep, out.recompute, out.pp, out.vpp or 1, out.schedule,
