@@ -409,7 +409,7 @@ def get_engine(engine: "str | Engine | None" = None) -> Engine:
         return engine
     name = DEFAULT_ENGINE if engine is None else str(engine).lower()
     if name not in ENGINE_NAMES:
-        hint = suggest(name, ENGINE_NAMES)
-        also = " (auto: plan only)" if name == AUTO else ""
+        hint = "" if name == AUTO else suggest(name, ENGINE_NAMES)
+        also = " (auto: plan only)" if name == AUTO else f", or {AUTO} (plan only: every engine ranked together)"
         raise InputError("engine", engine, f"one of {', '.join(ENGINE_NAMES)}{also}" + (f" ({hint})" if hint else ""), flag="--engine")
     return _load(name)
