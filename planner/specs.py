@@ -440,7 +440,8 @@ class ParallelConfig:
     GPUs, ``num_gpus / (tp pp cp)``). ``zero``: 0 none, 1 optimizer states sharded over data
     parallel (Megatron's distributed optimizer), 2 adds gradients, 3 adds parameters (ZeRO-3 /
     FSDP); how each stage communicates is the engine's (:mod:`planner.engines`).
-    ``vpp``: virtual pipeline stages per rank (interleaved 1F1B when > 1).
+    ``vpp``: virtual pipeline stages per rank (interleaved 1F1B when > 1; with ``schedule="1f1b"``
+    refused, as the CLI refuses ``--schedule 1f1b --vpp N``).
     ``layers_per_stage``: explicit split of transformer layers over pipeline stages.
 
     Every field left ``None`` is the engine's default (:func:`planner.engines.resolve`): the
@@ -511,7 +512,10 @@ class ParallelConfig:
             if len(lps) != self.pp or any(isinstance(n, bool) or (not isinstance(n, int)) or n < 0 for n in lps):
                 raise InputError("parallel.layers_per_stage", list(lps), f"{self.pp} non-negative integers (one per stage)")
             object.__setattr__(self, "layers_per_stage", lps)
-        if self.vpp is not None and self.vpp > 1 and self.schedule in (None, "1f1b"):
+        if self.vpp is not None and self.vpp > 1 and self.schedule == "1f1b":
+            # as the CLI refuses --schedule 1f1b --vpp N: virtual stages are the interleaved schedule
+            raise InputError("parallel.schedule", "1f1b", f"interleaved with vpp {self.vpp} (or vpp 1 for 1F1B)")
+        if self.vpp is not None and self.vpp > 1 and self.schedule is None:
             object.__setattr__(self, "schedule", "interleaved")
 
     @property

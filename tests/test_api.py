@@ -117,3 +117,13 @@ def test_sequence_parallelism_without_tensor_parallelism_resolves_off():
     e = planner.estimate(m, c, j, planner.ParallelConfig(tp=1, sequence_parallel=True))
     assert e.parallel.sequence_parallel is False and "sequence_parallel" in e.resolved
     assert planner.estimate(m, c, j, planner.ParallelConfig(tp=2, sequence_parallel=True)).parallel.sequence_parallel is True
+
+
+def test_one_f_one_b_with_virtual_stages_is_refused_by_the_api_as_by_the_cli():
+    import pytest  # noqa: PLC0415
+
+    import planner  # noqa: PLC0415
+
+    with pytest.raises(planner.InputError, match="parallel.schedule.*interleaved with vpp 2"):
+        planner.ParallelConfig(pp=2, vpp=2, schedule="1f1b")
+    assert planner.ParallelConfig(pp=2, vpp=2).schedule == "interleaved"  # unset: the interleaved schedule
