@@ -41,18 +41,18 @@ def check_job(cj: CheckedJob, top: int = 5, time_limit_s: float | None = None, e
         if src is not None and src[1].kind == "file":
             raise InputError(f"{src[1].where} ({exc.field})", exc.value, exc.expected) from None
         raise
-    found = findings(cj, e)
+    # With pipeline flushes the changes are measured from the same configuration in one pipeline
+    # run per step (the pipeline-flushes finding, which reports it): their gains are the change's
+    # own, and their edits write the whole local batch.
+    one = dataclasses.replace(cj, flushes=1)
+    base = estimate_as_written(one) if cj.flushes > 1 else None
+    found = findings(cj, e, base)
     if edits and cj.editor is not None:
         found = [_with_edit(cj, f) for f in found]
     if time_limit_s is None:
         from planner.search.plan import TIME_LIMIT_S  # noqa: PLC0415  (the CLI's --time-limit)
 
         time_limit_s = TIME_LIMIT_S.get()
-    # With pipeline flushes the changes are measured from the same configuration in one pipeline
-    # run per step (the pipeline-flushes finding): their gains are the change's own, and their
-    # edits write the whole local batch.
-    one = dataclasses.replace(cj, flushes=1)
-    base = estimate_as_written(one) if cj.flushes > 1 else None
     chs = best_changes(one, base or e, k=top, time_limit_s=time_limit_s) if top > 0 else []
     eds = []
     if edits and cj.editor is not None:

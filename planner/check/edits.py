@@ -20,7 +20,12 @@ from pathlib import Path
 from planner.errors import InputError
 from planner.specs import ParallelConfig
 
-__all__ = ["Edit", "edit_for", "option_edit", "verify", "unified_diff", "MegatronEditor", "TomlEditor", "PyConfigEditor", "JsonEditor", "PlanDocEditor"]
+__all__ = ["CommandLineClash", "Edit", "edit_for", "option_edit", "verify", "unified_diff", "MegatronEditor", "TomlEditor", "PyConfigEditor", "JsonEditor", "PlanDocEditor"]
+
+
+class CommandLineClash(InputError):
+    """A change of settings a launch script's command line sets, over its job file (the change is
+    the command line's to make: planner.check.edits_titan.TomlFileEditor)."""
 
 
 @dataclass
@@ -56,7 +61,7 @@ def edit_for(cj, par: ParallelConfig) -> Edit | None:
     try:
         ed = cj.editor.edit(cj, par)
     except InputError as exc:
-        what = "on the launch script's command line" if type(exc).__name__ == "CommandLineClash" else "not expressible in this format"
+        what = "on the launch script's command line" if isinstance(exc, CommandLineClash) else "not expressible in this format"
         return Edit(cj.fmt, [f"{what}: {exc}"], {}, verified=False, problem=str(exc))
     if ed is not None and ed.files:
         verify(cj, ed, par)
@@ -117,7 +122,7 @@ def verify(cj, ed: Edit, par: ParallelConfig, job: dict | None = None) -> None:
             o = _with_command_line(o, ed.command_line)
         back = read_job(args, o)
         bad = [(k, getattr(back.parallel, k), getattr(par, k)) for k in _same(back.parallel, par)]
-        if getattr(back, "flushes", 1) != getattr(cj, "flushes", 1):  # pipeline runs per step (torchtitan's local batch)
+        if back.flushes != cj.flushes:  # pipeline runs per step (torchtitan's local batch)
             bad.append(("pipeline flushes", back.flushes, cj.flushes))
         bad += [(k, getattr(back.job, k), v) for k, v in (job or {}).items() if getattr(back.job, k) != v]
         ed.verified = not bad

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import tomli_w
 
-from planner.check.edits import Edit, unified_diff
+from planner.check.edits import CommandLineClash, Edit, unified_diff
 from planner.emit.torchtitan import SCHEDULES as _NAMES  # the planner's schedule -> torchtitan's name
 from planner.errors import InputError
 from planner.specs import ParallelConfig
@@ -63,7 +63,7 @@ def titan_settings(cj, par: ParallelConfig) -> dict:
             out[P + "pipeline_parallel_layers_per_stage"] = L // n_stages
             out[P + "pipeline_parallel_first_stage_less_layers"] = 0
             out[P + "pipeline_parallel_last_stage_less_layers"] = 0
-        flushes = getattr(cj, "flushes", 1)  # the job's pipeline runs per step, kept (1: one run of all m)
+        flushes = cj.flushes  # the job's pipeline runs per step, kept (1: one run of all m)
         if m % flushes:
             raise InputError("training.local_batch_size", f"{m} micro-batches", f"a multiple of the job's {flushes} pipeline flushes")
         out[T + "local_batch_size"] = par.micro_batch_size * m // flushes
@@ -179,10 +179,6 @@ class TomlFileEditor:
             raise InputError(str(self.path), "dotted keys or inline tables", f"[section] headers with one key = value per line to be "
                              f"edited here (the edited text would not parse: {exc}); make the change by hand") from None
         return Edit("torchtitan-toml", summary, {str(self.path): text}, unified_diff({str(self.path): self.text}, {str(self.path): text}))
-
-
-class CommandLineClash(InputError):
-    """A change of settings the launch script's command line sets (over the TOML)."""
 
 
 def _flag_value(v) -> str:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from planner.check.changes import what_if
-from planner.check.job import CheckedJob, estimate_as_written
+from planner.check.job import CheckedJob, estimate_as_written, one_run_job
 from planner.cost.result import Estimate
 from planner.units import GIB
 
@@ -55,7 +55,9 @@ def _pct(a: float, b: float) -> float:
     return round(100 * a / b, 1) if b else 0.0
 
 
-def findings(cj: CheckedJob, e: Estimate) -> list[Finding]:
+def findings(cj: CheckedJob, e: Estimate, one_run: Estimate | None = None) -> list[Finding]:
+    """The findings of ``cj`` priced ``e``; ``one_run``: its configuration in one pipeline run per
+    step where it has pipeline flushes (computed here when not given)."""
     out: list[Finding] = []
     p, c = cj.parallel, cj.cluster
     cap = e.memory_capacity_bytes
@@ -74,7 +76,7 @@ def findings(cj: CheckedJob, e: Estimate) -> list[Finding]:
                            "fragmentation beyond the modelled reserve", ev))
     for fid, text in cj.findings:
         out.append(Finding(fid, "warning", text, {}))
-    out += _flushes(cj, e)
+    out += _flushes(cj, e, one_run)
     comm = {x["kind"]: x for x in e.comm}
     step = e.step_time_s
     if p.tp > c.nvlink_domain:
@@ -144,8 +146,6 @@ def _unbalanced(cj: CheckedJob, e: Estimate, times: list, mean: float) -> Findin
     """Stages whose times differ: a warning with the faster split where the split program
     (planner.search.split.optimal_split) finds one, else an info (the first and last stages
     hold the embedding and the loss; no whole-layer split evens them)."""
-    import dataclasses  # noqa: PLC0415
-
     from planner.cost.constants import DEFAULT_CONSTANTS  # noqa: PLC0415
     from planner.engines import get_engine  # noqa: PLC0415
     from planner.errors import InputError  # noqa: PLC0415
@@ -157,9 +157,8 @@ def _unbalanced(cj: CheckedJob, e: Estimate, times: list, mean: float) -> Findin
     if not get_engine(cj.engine).custom_split:
         return Finding("unbalanced-split", "info", f"{text}; {cj.engine} partitions the layers itself (PipelineModule "
                        "partition_method), so no other split is offered", ev)
-    job = dataclasses.replace(cj.job, global_batch_size=cj.job.global_batch_size // cj.flushes)  # one pipeline run's
     try:
-        best = optimal_split(cj.model, cj.cluster, job, cj.parallel, e.memory_usable_bytes, DEFAULT_CONSTANTS, get_engine(cj.engine),
+        best = optimal_split(cj.model, cj.cluster, one_run_job(cj), cj.parallel, e.memory_usable_bytes, DEFAULT_CONSTANTS, get_engine(cj.engine),
                              time_limit_s=2.0)
     except InputError:
         best = None
@@ -174,14 +173,14 @@ def _unbalanced(cj: CheckedJob, e: Estimate, times: list, mean: float) -> Findin
                    "also hold the embedding and the loss)", ev)
 
 
-def _flushes(cj: CheckedJob, e: Estimate) -> list[Finding]:
+def _flushes(cj: CheckedJob, e: Estimate, one: Estimate | None = None) -> list[Finding]:
     """Gradient accumulation around the pipeline (torchtitan: local_batch_size below global / dp
     under pp): every accumulation step is a pipeline run with its own bubble and gradient sync."""
     import dataclasses  # noqa: PLC0415
 
     if cj.flushes <= 1:
         return []
-    one = estimate_as_written(dataclasses.replace(cj, flushes=1))
+    one = one or estimate_as_written(dataclasses.replace(cj, flushes=1))
     F, m, mb = cj.flushes, e.num_microbatches, cj.parallel.micro_batch_size
     gain = e.step_time_s - one.step_time_s
     text = (f"the step runs the pipeline {F} times (gradient accumulation of {m // F} micro-batch(es) each: local_batch_size "

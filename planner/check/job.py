@@ -131,7 +131,7 @@ def _apply_overrides(d: Draft, o: Overrides) -> None:
 
         eng = get_engine(o.engine)
         ce = d.get("job.cross_entropy", "auto")
-        if ce != "auto" and ce not in [n for n, _, _ in eng.loss_kernels]:  # the files' engine's loss, not the one asked for
+        if not eng.has_loss(ce):  # the files' engine's loss, not the one asked for
             d.set("job.cross_entropy", "auto", "flag", f"--engine {o.engine}: its default cross entropy (the files' {d.engine} "
                   f"runs {ce!r})")
             d.notes.append(f"priced on {o.engine} (--engine), not on the files' {d.engine}: {o.engine}'s own cross entropy "
@@ -263,8 +263,13 @@ def estimate_as_written(cj: CheckedJob, job: Job | None = None):
     job = job or cj.job
     if cj.flushes <= 1:
         return estimate(cj.model, cj.cluster, job, cj.parallel, cj.engine)
-    one = estimate(cj.model, cj.cluster, replace(job, global_batch_size=job.global_batch_size // cj.flushes), cj.parallel, cj.engine)
-    return repeat_flushes(one, cj.flushes)
+    return repeat_flushes(estimate(cj.model, cj.cluster, one_run_job(cj, job), cj.parallel, cj.engine), cj.flushes)
 
 
-__all__ += ["with_parallel", "estimate_as_written"]
+def one_run_job(cj: CheckedJob, job: Job | None = None) -> Job:
+    """The job of one of ``cj``'s pipeline runs: the step's batch / ``cj.flushes``."""
+    job = job or cj.job
+    return job if cj.flushes <= 1 else replace(job, global_batch_size=job.global_batch_size // cj.flushes)
+
+
+__all__ += ["with_parallel", "estimate_as_written", "one_run_job"]

@@ -33,6 +33,17 @@ class CheckReport:
         return self.estimate.fits
 
 
+def _edit_lines(ed) -> list[str]:
+    """An edit's lines under a finding or a change: each changed setting, and why it was not read
+    back where it was not (unless its summary already says so)."""
+    if ed is None:
+        return []
+    out = [f"     edit: {line}" for line in ed.summary]
+    if ed.verified is False and ed.problem not in " ".join(ed.summary):
+        out.append(f"     (not checked: {ed.problem})")
+    return out
+
+
 def _fmt_s(x: float) -> str:
     return f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.3f} s"
 
@@ -93,10 +104,7 @@ def render_text(r: CheckReport, verbose: bool = False) -> str:
         if f.id == "unmodelled" and not verbose:
             continue
         L.append(f"  [{f.severity}] {f.id}: {f.message}")
-        if f.edit is not None:
-            L.extend(f"     edit: {line}" for line in f.edit.summary)
-            if f.edit.verified is False and f.edit.problem not in " ".join(f.edit.summary):
-                L.append(f"     (not checked: {f.edit.problem})")
+        L.extend(_edit_lines(f.edit))
     unm = [f for f in r.findings if f.id == "unmodelled"]
     if unm and not verbose:
         L.append(f"  [info] {len(unm)} setting(s) the cost model does not price: " + "; ".join(f.message.split(": ")[0] for f in unm))
@@ -115,11 +123,7 @@ def render_text(r: CheckReport, verbose: bool = False) -> str:
         how = f"{abs(gain):.1f}% {'faster' if ch.gain_s > 0 else 'slower'}" if ch.gain_s else "the same"
         L.append(f"  {i}. {ch.label}: step {_fmt_s(ce.step_time_s)} ({how}), MFU {100 * ce.mfu:.1f}%, {fit}")
         L.append(f"     {_par_line(ch.parallel)}")
-        if ed is not None:
-            for line in ed.summary:
-                L.append(f"     edit: {line}")
-            if ed.verified is False and ed.problem not in " ".join(ed.summary):
-                L.append(f"     (not checked: {ed.problem})")
+        L.extend(_edit_lines(ed))
     if cj.ignored and verbose:
         L.append("")
         L.append("ignored (no effect on cost): " + "; ".join(cj.ignored))

@@ -300,7 +300,7 @@ def for_engine(v: PlanView, name: str) -> tuple[PlanView, list[str]]:
                          f"{key}={val}, so that part of the prediction does not carry over.")
         par = replace(par, **ch)
         ce = v.job.cross_entropy
-        if ce != "auto" and ce not in {n for n, _, _ in target.loss_kernels}:  # e.g. Megatron's fusion on torchtitan
+        if not target.has_loss(ce):  # e.g. Megatron's fusion on torchtitan
             notes.append(f"The plan was priced for {v.engine.name} with cross_entropy={ce}; {target.name} runs its own "
                          f"({target.loss_default}), so that part of the prediction does not carry over.")
             v = replace(v, job=replace(v.job, cross_entropy="auto"))
@@ -312,9 +312,8 @@ def for_engine(v: PlanView, name: str) -> tuple[PlanView, list[str]]:
                 notes.append(f"The plan's layer split {list(par.layers_per_stage)} is not one {target.name} sets; it runs "
                              f"{list(even)}.")
                 par = replace(par, layers_per_stage=even)
-    check_engine(v.model, v.job, par, target, v.stage_layers if target.name == getattr(v.engine, "name", None) else
-                 (tuple(par.layers_per_stage) if par.layers_per_stage else v.stage_layers))
     out = replace(v, parallel=par)
+    check_engine(v.model, v.job, par, target, out.stage_layers)
     if v.engine is not None and v.engine.name != target.name and v.cluster is not None:
         out = _repriced(out, v, target, notes)
     return out, notes

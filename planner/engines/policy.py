@@ -313,9 +313,8 @@ def resolve(par: ParallelConfig, model: ModelSpec, cluster: ClusterSpec, job: Jo
     if par.etp is None:
         ch["etp"] = default_etp(par.tp, ch.get("dp", par.dp), par.cp, par.ep)
     flags = engine_flags(engine, cluster.gpu, par.tp, zero, {k: getattr(par, k) for k in _FLAG_FIELDS}, par.pp)
-    ch.update({k: v for k, v in flags.items() if getattr(par, k) is None})
-    if par.sequence_parallel and par.tp == 1:
-        ch["sequence_parallel"] = False  # nothing to shard over (engine_flags: Megatron turns it off)
+    # the fields left unset, and the one engine_flags overrules (sequence parallelism at tp 1)
+    ch.update({k: v for k, v in flags.items() if getattr(par, k) != v})
     out = replace(par, **ch) if ch else par
     if par.moe_a2a_overlap is None:
         ch["moe_a2a_overlap"] = a2a_overlap_why(engine, model, out.ep, out.recompute, out.pp, out.vpp or 1, out.schedule,

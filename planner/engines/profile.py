@@ -219,6 +219,10 @@ class Engine:
                 raise InputError(field, cross_entropy, f"auto or {ok} for {self.name} launches ({why})")
         return name
 
+    def has_loss(self, cross_entropy: str) -> bool:
+        """Whether the engine runs ``cross_entropy`` ("auto": always; its default)."""
+        return cross_entropy == "auto" or cross_entropy in {n for n, _, _ in self.loss_kernels}
+
     def loss_name(self, cross_entropy: str = "auto") -> str:
         """The cross-entropy implementation the engine runs for ``cross_entropy`` ("auto": its
         default); InputError when it has no such implementation."""

@@ -16,6 +16,13 @@ TT_TOML = SHARED_ENGINES / "torchtitan" / "v0.2-toml" / "llama3_8b.toml"
 needs_toml = pytest.mark.skipif(not TT_TOML.is_file(), reason="../shared/engines (torchtitan's job configs) is not beside the project")
 
 
+def _launch(tmp_path, name: str, args: str):
+    """torchtitan's llama3_8b.toml beside a script ``name`` that starts it with ``args`` after the job file."""
+    shutil.copy(TT_TOML, tmp_path / "llama3_8b.toml")
+    (tmp_path / name).write_text(f"torchrun --nproc_per_node 8 -m torchtitan.train --job.config_file llama3_8b.toml {args}\n")
+    return read_job([str(tmp_path / name)])
+
+
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory):
     out = tmp_path_factory.mktemp("tt")
@@ -128,10 +135,7 @@ def test_gradient_accumulation_under_pp_is_priced_as_flushes(tmp_path):
 
 @needs_toml
 def test_command_line_settings_are_listed_with_what_the_toml_had(tmp_path):
-    shutil.copy(TT_TOML, tmp_path / "llama3_8b.toml")
-    (tmp_path / "t.sh").write_text("torchrun --nproc_per_node 8 -m torchtitan.train --job.config_file llama3_8b.toml "
-                                   "--parallelism.tensor_parallel_degree 2 --training.seq_len 4096\n")
-    cj = read_job([str(tmp_path / "t.sh")])
+    cj = _launch(tmp_path, "t.sh", "--parallelism.tensor_parallel_degree 2 --training.seq_len 4096")
     note = next(n for n in cj.notes if n.startswith("set on t.sh's command line"))
     assert "parallelism.tensor_parallel_degree = 2 (llama3_8b.toml: 1)" in note and "training.seq_len = 4096 (llama3_8b.toml: 8192)" in note
     assert cj.sources["job.seq_len"][1].where == "t.sh:1 --training.seq_len"  # the script's line, not the TOML's
@@ -149,10 +153,7 @@ def test_reshard_always_under_pp_is_said_to_be_priced_as_the_default(tmp_path):
 
 @needs_toml
 def test_a_negated_boolean_flag_clash_names_the_flag_to_write(tmp_path):
-    shutil.copy(TT_TOML, tmp_path / "llama3_8b.toml")
-    (tmp_path / "n.sh").write_text("torchrun --nproc_per_node 8 -m torchtitan.train --job.config_file llama3_8b.toml "
-                                   "--parallelism.tensor_parallel_degree 8 --parallelism.no_enable_async_tensor_parallel\n")
-    cj = read_job([str(tmp_path / "n.sh")])
+    cj = _launch(tmp_path, "n.sh", "--parallelism.tensor_parallel_degree 8 --parallelism.no_enable_async_tensor_parallel")
     assert cj.parallel.tp == 8 and cj.parallel.tp_comm_overlap is False
     r = check_job(cj, top=0)
     f = next(f for f in r.findings if f.id == "hidden-by-engine-option")
