@@ -31,7 +31,7 @@ def test_auto_ranks_the_engines_together_and_each_plan_is_its_engines_estimate()
 
 
 def test_auto_plan_document_names_each_plans_engine_and_launch_follows_it(capsys, tmp_path):
-    code = main(["plan", "--model", "llama3.1-8b", "--gpus", "16", "-b", "64", "--engine", "auto", "--top", "8", "--json"])
+    code = main(["plan", "--model", "llama3.1-8b", "--gpus", "16", "-b", "64", "--engine", "auto", "--top", "16", "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert code == 0 and doc["engine"] == "auto"
     engines = [p["engine"] for p in doc["plans"]]
