@@ -109,6 +109,27 @@ def _usage_message(exc) -> str:
     return " ".join(exc.format_message().split())
 
 
+# What a typed option expects, by pydantic's error type (typer coerces option values with
+# pydantic and raises click's BadParameter from its ValidationError), in the got/expected
+# wording of the planner's own input errors.
+_EXPECTED_BY_ERROR = {"int_parsing": "an integer", "int_from_float": "an integer", "float_parsing": "a number",
+                      "bool_parsing": "true or false"}
+
+
+def _bad_value(exc) -> tuple[str, str, str] | None:
+    """(flag, value, expected) of a value typer could not convert (``--gpus abc``), or None
+    when the error is another usage error."""
+    param, cause = getattr(exc, "param", None), exc.__cause__
+    if type(exc).__name__ != "BadParameter" or param is None or not hasattr(cause, "errors"):
+        return None
+    errors = cause.errors()
+    expected = _EXPECTED_BY_ERROR.get(errors[0].get("type", "")) if errors else None
+    opts = [o for o in (*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ())) if o.startswith("--")]
+    if expected is None or not opts:
+        return None
+    return opts[0], str(errors[0].get("input")), expected
+
+
 def _error_doc(exit_code: int, error: str, **extra) -> None:
     """The ``planner-error/1`` document of an exit 1 (``hints``) or 2 (``field``, ``value``,
     ``expected``) on stdout, for ``--json`` callers: scripts reading stdout get a document."""
@@ -183,6 +204,14 @@ def main(argv: list[str] | None = None) -> int:
         if "NoArgsIsHelpError" in names:  # a command group called bare: click has printed its help
             return 0
         if "UsageError" in names:
+            bad = _bad_value(exc)
+            if bad is not None:  # a value of the wrong type: the planner's got/expected wording
+                flag, value, expected = bad
+                message = f"{flag}: got {value!r}, expected {expected}"
+                typer.echo(f"error: {message}", err=True)
+                if "--json" in args:
+                    _input_error_doc(message, flag, value, expected)
+                return 2
             typer.echo(f"error: {_usage_message(exc)}", err=True)
             if "--json" in args:
                 _input_error_doc(_usage_message(exc))

@@ -447,3 +447,24 @@ def test_a_closed_stdout_exits_141_not_the_nothing_fits_code():
         err = p.stderr.read().decode()
         assert p.wait(timeout=120) == 141, (argv, err)
         assert "internal error" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv,flag,value,expected", [
+    (["plan", "--gpus", "abc"], "--gpus", "abc", "an integer"),
+    (["plan", "-n", "1.5"], "--gpus", "1.5", "an integer"),
+    (["estimate", "--tp=x"], "--tp", "x", "an integer"),
+    (["plan", "--nic-gbps", "fast"], "--nic-gbps", "fast", "a number"),
+])
+def test_a_value_of_the_wrong_type_gets_the_got_expected_line(argv, flag, value, expected):
+    """A value typer cannot convert is an input error like any other: one line naming the flag,
+    the value and what was expected, exit 2, and with --json the planner-error/1 fields."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([*argv, "--json"])
+    assert code == 2
+    assert err.getvalue() == f"error: {flag}: got {value!r}, expected {expected}\n"
+    doc = json.loads(out.getvalue())
+    assert (doc["field"], doc["value"], doc["expected"]) == (flag, value, expected)
