@@ -184,7 +184,9 @@ def validation_table(results: list, summary: dict) -> Table:
     t = compact_table()
     cols = ["run", "tp/pp/dp", "mb", "rec"] + (["pred", "meas", "err"] if has_step else []) + (["GiB", "meas", "err"] if has_mem else [])
     for i, col in enumerate(cols):
-        t.add_column(col, justify="left" if col in ("run", "rec", "tp/pp/dp") else "right", no_wrap=col != "run")
+        # a run's id is folded onto a second line when the terminal is narrow, never cut short
+        t.add_column(col, justify="left" if col in ("run", "rec", "tp/pp/dp") else "right", no_wrap=col != "run",
+                     overflow="fold" if col == "run" else "ellipsis")
 
     def err_text(err: float | None, lo: float = -10, hi: float = 10) -> object:
         if err is None:
@@ -194,7 +196,7 @@ def validation_table(results: list, summary: dict) -> Table:
 
     for r in results:
         p = r.parallel
-        row = [r.id, f"{p.tp}/{p.pp}/{p.dp}", str(p.micro_batch_size), p.recompute[:4]]
+        row = [r.id, f"{p.tp}/{p.pp}/{p.dp}", str(p.micro_batch_size), "sel" if p.recompute == "selective" else p.recompute]
         if has_step:
             row += [fmt_time(r.estimate.step_time_s), fmt_time(r.measured_step_time_s) if r.measured_step_time_s else "-", err_text(r.error_pct)]
         if has_mem:

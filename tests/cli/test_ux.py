@@ -468,3 +468,17 @@ def test_a_value_of_the_wrong_type_gets_the_got_expected_line(argv, flag, value,
     assert err.getvalue() == f"error: {flag}: got {value!r}, expected {expected}\n"
     doc = json.loads(out.getvalue())
     assert (doc["field"], doc["value"], doc["expected"]) == (flag, value, expected)
+
+
+def test_validate_table_shows_long_run_ids_whole_in_80_columns(tmp_path):
+    """A run id longer than the table's run column is folded onto the next line, not cut with an
+    ellipsis (an id is what a user searches the runs file for)."""
+    path = _runs_file(tmp_path)
+    doc = json.loads(path.read_text())
+    long_id = "a-run-id-much-longer-than-the-run-column-of-an-eighty-column-table"
+    doc["runs"][0]["id"] = long_id
+    path.write_text(json.dumps(doc))
+    p = piped("validate", str(path), "--no-median")
+    assert p.returncode == 0, p.stderr
+    assert "…" not in p.stdout
+    assert long_id in "".join(ln.split(" ")[0] for ln in p.stdout.splitlines())
