@@ -106,7 +106,7 @@ def write_sweep_chart(rows: list[dict], path: str, title: str, force: bool = Fal
     buf = io.BytesIO()
     with matplotlib.rc_context({"svg.hashsalt": "planner", "svg.fonttype": "none"}):
         fig.savefig(buf, format=suffix[1:], dpi=150, bbox_inches="tight", metadata={"Date": None} if suffix == ".svg" else None)
-    return write_bytes_atomic(buf.getvalue(), path, force=force)
+    return write_bytes_atomic(buf.getvalue(), path, force=force, flag="--chart")
 
 
 @app.command("sweep")

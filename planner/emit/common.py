@@ -421,7 +421,7 @@ def write_files(files: dict[str, str], out_dir: str | os.PathLike, force: bool =
         raise InputError("files", files, "a non-empty mapping of file name to content")
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
-        raise InputError("out", str(out), "a directory")
+        raise InputError("out", str(out), "a directory", flag="--out")
     targets = {}
     for name, content in files.items():
         if not isinstance(content, str):
@@ -429,13 +429,13 @@ def write_files(files: dict[str, str], out_dir: str | os.PathLike, force: bool =
         targets[_check_name(name)] = out / name
     existing = [str(t) for t in targets.values() if t.exists() or t.is_symlink()]
     if existing and not force:
-        raise InputError("out", ", ".join(existing), "files that do not exist yet (pass --force to overwrite)")
+        raise InputError("out", ", ".join(existing), "files that do not exist yet (pass --force to overwrite)", flag="--out")
     for t in targets.values():
         if t.is_dir():
-            raise InputError("out", str(t), "a file path, not a directory")
-    out.mkdir(parents=True, exist_ok=True)
+            raise InputError("out", str(t), "a file path, not a directory", flag="--out")
     staged: list[tuple[str, Path]] = []
     try:
+        out.mkdir(parents=True, exist_ok=True)
         for name, target in targets.items():
             fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=".tmp")
             staged.append((tmp, target))
@@ -444,12 +444,14 @@ def write_files(files: dict[str, str], out_dir: str | os.PathLike, force: bool =
                 fh.flush()
                 os.fsync(fh.fileno())
             os.chmod(tmp, 0o755 if name.endswith(_EXECUTABLE_SUFFIXES) else 0o644)
-    except BaseException:
+    except BaseException as exc:
         for tmp, _ in staged:
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
+        if isinstance(exc, OSError):  # a folder that cannot be made or written: the user's path, not a bug
+            raise InputError("out", str(out), f"a folder the files can be written to ({exc.strerror or exc})", flag="--out") from exc
         raise
     for tmp, target in staged:
         os.replace(tmp, target)

@@ -61,14 +61,18 @@ _ROW_PX, _ROW_GAP_PX = 26, 6
 _CHAR_PX = 6.5  # approximate width of one 10 px sans-serif digit
 
 
-def write_bytes_atomic(data: bytes, path: str | os.PathLike[str], *, force: bool = False) -> Path:
-    """Write ``data`` to ``path`` atomically; refuse to replace an existing file unless ``force``."""
+def write_bytes_atomic(data: bytes, path: str | os.PathLike[str], *, force: bool = False, flag: str = "--out") -> Path:
+    """Write ``data`` to ``path`` atomically; refuse to replace an existing file unless ``force``.
+    ``flag``: the command-line option that named the path (the CLI's wording of the error)."""
     target = Path(path)
     if not target.parent.is_dir():
-        raise InputError("path", str(target), "a file path inside an existing directory")
+        raise InputError("path", str(target), "a file path inside an existing directory", flag=flag)
     if target.exists() and not force:
-        raise InputError("path", str(target), "a path that does not exist yet (or force=True)")
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        raise InputError("path", str(target), "a path that does not exist yet (or force=True)", flag=flag)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as exc:  # a folder the user cannot write to: their path, not a bug
+        raise InputError("path", str(target), f"a file path in a folder that can be written ({exc.strerror or exc})", flag=flag) from exc
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

@@ -482,3 +482,25 @@ def test_validate_table_shows_long_run_ids_whole_in_80_columns(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "…" not in p.stdout
     assert long_id in "".join(ln.split(" ")[0] for ln in p.stdout.splitlines())
+
+
+def test_an_output_path_that_cannot_be_written_is_bad_input_not_a_bug(capsys, tmp_path):
+    """--out under a file, or in a folder the process cannot create, is exit 2 with one line
+    naming the flag (it used to be exit 4, an internal error with NotADirectoryError)."""
+    code, out, err = run(capsys, "plan", *SMALL, "--top", "1", "--json")
+    assert code == 0, err
+    plan = tmp_path / "plan.json"
+    plan.write_text(out)
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    cases = [
+        (["launch", str(plan), "--engine", "all", "--out", str(blocked / "sub")], "--out"),
+        (["plan", *SMALL, "--emit", "megatron", "--out", str(blocked / "d")], "--out"),
+        (["timeline", str(plan), "--out", str(tmp_path / "no-such-folder" / "t.svg")], "--out"),
+        (["chart", "memory", str(plan), "--out", str(blocked / "m.svg")], "--out"),
+    ]
+    for argv, flag in cases:
+        code, _, err = run(capsys, *argv)
+        assert code == 2, (argv, err)
+        assert err.startswith(f"error: {flag}: got ") and err.count("\n") == 1, (argv, err)
+    assert not list(tmp_path.glob("**/.*.tmp"))  # nothing half-written left behind

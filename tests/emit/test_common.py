@@ -102,8 +102,9 @@ def test_write_failure_leaves_no_partial_files(tmp_path, monkeypatch):
             raise OSError("disk full")
 
     monkeypatch.setattr(os, "fsync", fail_fsync)
-    with pytest.raises(OSError):
+    with pytest.raises(InputError) as exc:  # the folder named by --out cannot take the files: exit 2, the OS reason kept
         write_files(files, tmp_path)
+    assert isinstance(exc.value.__cause__, OSError) and "disk full" in str(exc.value) and exc.value.flag == "--out"
     monkeypatch.setattr(os, "replace", real_replace)
     assert list(tmp_path.iterdir()) == []
 
