@@ -182,10 +182,10 @@ def validation_table(results: list, summary: dict) -> Table:
     has_step = any(r.measured_step_time_s for r in results)
     has_mem = any(r.memory_error_pct is not None for r in results)
     t = compact_table()
-    cols = ["run", "tp/pp/dp", "mb", "rec"] + (["pred", "meas", "err"] if has_step else []) + (["GiB", "meas", "err"] if has_mem else [])
+    cols = ["run", "tp/pp/dp/cp", "mb", "rec"] + (["pred", "meas", "err"] if has_step else []) + (["GiB", "meas", "err"] if has_mem else [])
     for i, col in enumerate(cols):
         # a run's id is folded onto a second line when the terminal is narrow, never cut short
-        t.add_column(col, justify="left" if col in ("run", "rec", "tp/pp/dp") else "right", no_wrap=col != "run",
+        t.add_column(col, justify="left" if col in ("run", "rec", "tp/pp/dp/cp") else "right", no_wrap=col != "run",
                      overflow="fold" if col == "run" else "ellipsis")
 
     def err_text(err: float | None, lo: float = -10, hi: float = 10) -> object:
@@ -196,7 +196,7 @@ def validation_table(results: list, summary: dict) -> Table:
 
     for r in results:
         p = r.parallel
-        row = [r.id, f"{p.tp}/{p.pp}/{p.dp}", str(p.micro_batch_size), "sel" if p.recompute == "selective" else p.recompute]
+        row = [r.id, f"{p.tp}/{p.pp}/{p.dp}/{p.cp}", str(p.micro_batch_size), "sel" if p.recompute == "selective" else p.recompute]
         if has_step:
             row += [fmt_time(r.estimate.step_time_s), fmt_time(r.measured_step_time_s) if r.measured_step_time_s else "-", err_text(r.error_pct)]
         if has_mem:
