@@ -82,6 +82,14 @@ def _time_limit(args: list[str]) -> tuple[list[str], float | None]:
     return rest, value
 
 
+def _partial_plans(best: object) -> list[dict]:
+    """The best plans found before a time limit (not proven best), for the planner-error/1
+    document of exit 3: rank, resolved parallel configuration, layer split, step time, memory."""
+    return [{"rank": p.rank, "parallel": p.parallel.as_dict(), "layers_per_stage": list(p.estimate.layers_per_stage),
+             "step_time_s": p.estimate.step_time_s, "memory_peak_bytes": p.estimate.memory_peak_bytes}
+            for p in getattr(best, "plans", None) or []]
+
+
 def _print_partial(best: object) -> None:
     """The best plans found before a time limit, one line each, on stdout."""
     for p in getattr(best, "plans", None) or []:
@@ -185,7 +193,10 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         typer.echo(f"solver: {exc}", err=True)
-        _print_partial(exc.best)
+        if "--json" in args:  # a JSON reader gets a document, with the plans found so far
+            _error_doc(3, str(exc), plans=_partial_plans(exc.best))
+        else:
+            _print_partial(exc.best)
         return 3
     except typer.Exit as exc:
         return exc.exit_code

@@ -377,8 +377,10 @@ def _timed_out(limit: float, found: list, candidates: int, evaluated: int, t0: f
                       [f"time limit of {limit:g} s hit while {phase}; not proven best"], stats=stats)
     what = (f"best so far: step {plans[0].estimate.step_time_s:.3g} s with tp={plans[0].parallel.tp} pp={plans[0].parallel.pp} "
             f"dp={plans[0].parallel.dp} cp={plans[0].parallel.cp}") if plans else "no plan that fits found yet"
-    return SolverFailure(f"time limit of {limit:g} s hit after {evaluated} of {candidates} candidates evaluated ({what}); "
-                         "raise --time-limit or fix more fields", best=best)
+    # while enumerating, the pool is not complete: its size is a count so far, not a total
+    count = (f"while enumerating candidates ({candidates} so far, none evaluated)" if phase == "enumerating candidates"
+             else f"after {evaluated} of {candidates} candidates evaluated")
+    return SolverFailure(f"time limit of {limit:g} s hit {count} ({what}); raise --time-limit or fix more fields", best=best)
 
 
 def _plan_auto(model, cluster, job, top_k, opts, limit, objective, goodput, constants) -> PlanResult:

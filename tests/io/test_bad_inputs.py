@@ -265,3 +265,18 @@ def test_scenario_job_may_name_the_gradient_dtype(tmp_path):
     f = tmp_path / "runs.json"
     f.write_text(json.dumps({"schema": "planner-runs/1", "runs": [run]}))
     assert load_runs(str(f))[0].job.grad_reduce == "bf16"
+
+
+def test_time_limit_with_json_writes_an_error_document_with_the_plans_so_far(monkeypatch):
+    """exit 3 under --json: a planner-error/1 document (exit_code 3) carrying the plans found
+    before the limit, as exits 1 and 2 write theirs; stdout was empty before."""
+    import json
+
+    _expire_after(monkeypatch, 40)
+    code, out, err = run_cli(["plan", "--model", "gpt3-1.3b", "--gpus", "64", "--time-limit", "5", "--json"])
+    assert code == 3, err
+    doc = json.loads(out)
+    assert doc["schema"] == "planner-error/1" and doc["exit_code"] == 3 and "time limit" in doc["error"]
+    assert doc["plans"] and doc["plans"][0]["rank"] == 1 and doc["plans"][0]["step_time_s"] > 0
+    assert doc["plans"][0]["parallel"]["tp"] * doc["plans"][0]["parallel"]["pp"] * doc["plans"][0]["parallel"]["dp"] \
+        * doc["plans"][0]["parallel"]["cp"] == 64
