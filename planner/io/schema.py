@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from planner.errors import InputError
+from planner.errors import InputError, suggest
 from planner.specs import CROSS_ENTROPY, FP8_RECIPES
 
 __all__ = [
@@ -177,6 +177,13 @@ def check_value(field: str, value: object, kind: Any) -> None:
         raise InputError(field, value, expected)
 
 
+# Hugging Face config.json names a model YAML is often written with, for the did-you-mean of an
+# unknown key (the planner's own names are the schema's).
+HF_KEY_ALIASES = {"num-layers": "layers", "num-hidden-layers": "layers", "hidden-size": "hidden",
+                  "num-attention-heads": "heads", "num-key-value-heads": "kv_heads", "intermediate-size": "ffn_hidden",
+                  "vocab-size": "vocab", "max-position-embeddings": "max_seq_len", "tie-word-embeddings": "tied_embeddings"}
+
+
 def check_mapping(data: object, schema: Schema, where: str) -> None:
     """Check a mapping read from a file: unknown keys, missing required keys, value kinds."""
     if not isinstance(data, dict):
@@ -184,8 +191,9 @@ def check_mapping(data: object, schema: Schema, where: str) -> None:
     keys = {k.lstrip("!"): v for k, v in schema.items()}
     for key in data:
         if key not in keys:
-            known = ", ".join(sorted(k for k, v in keys.items() if v != "any"))
-            raise InputError(f"{where}.{key}", data[key], f"a known field ({known})")
+            known = sorted(k for k, v in keys.items() if v != "any")
+            hint = suggest(str(key), known, HF_KEY_ALIASES)
+            raise InputError(f"{where}.{key}", data[key], f"a known field instead of {str(key)!r}{f' ({hint})' if hint else ''}, one of {', '.join(known)}")
     for raw, kind in schema.items():
         key = raw.lstrip("!")
         if key not in data:

@@ -280,3 +280,18 @@ def test_time_limit_with_json_writes_an_error_document_with_the_plans_so_far(mon
     assert doc["plans"] and doc["plans"][0]["rank"] == 1 and doc["plans"][0]["step_time_s"] > 0
     assert doc["plans"][0]["parallel"]["tp"] * doc["plans"][0]["parallel"]["pp"] * doc["plans"][0]["parallel"]["dp"] \
         * doc["plans"][0]["parallel"]["cp"] == 64
+
+
+@pytest.mark.parametrize("key,hint", [("num_layers", "layers"), ("hidden_size", "hidden"), ("num_attention_heads", "heads"),
+                                      ("layer", "layers")])
+def test_unknown_model_key_names_itself_and_the_field_meant(tmp_path, key, hint):
+    """A model YAML written with Hugging Face key names (or a typo) is told which key is unknown
+    and which field it probably means."""
+    fields = {"name": "m", "layers": 12, "hidden": 1024, "heads": 16, "ffn_hidden": 4096, "vocab": 32000}
+    fields.pop(hint)
+    fields[key] = 12 if hint == "layers" else (1024 if hint == "hidden" else 16)
+    path = tmp_path / "m.yaml"
+    path.write_text("".join(f"{k}: {v}\n" for k, v in fields.items()))
+    code, out, err = run_cli(["estimate", "--model", str(path), "--gpus", "8"])
+    assert code == 2 and len(err.splitlines()) == 1
+    assert f"m.yaml.{key}: got" in err and f"instead of {key!r} (did you mean {hint}?)" in err, err
