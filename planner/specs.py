@@ -30,6 +30,8 @@ __all__ = [
     "RECOMPUTE_KINDS",
     "SCHEDULES",
     "ATTENTION_KINDS",
+    "FLASH_KINDS",
+    "is_flash",
     "MOE_DISPATCHERS",
     "CUDA_GRAPHS",
     "ENGINE_FIELDS",
@@ -53,7 +55,19 @@ CROSS_ENTROPY = ("auto", "unfused", "native", "te", "torch", "compiled")
 FP8_RECIPES = ("auto", "delayed", "tensorwise", "mxfp8", "blockwise", "rowwise", "rowwise_with_gw_hp")
 RECOMPUTE_KINDS = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "zb-v", "dualpipe")
-ATTENTION_KINDS = ("flash", "unfused")
+# Attention kernels: "flash" is the engine's fused flash-style kernel for the GPU (FA3 / cuDNN on
+# Hopper, FA4 / cuDNN on Blackwell, FlashAttention-2 on Ampere); "fa2" pins FlashAttention-2's
+# kernels (the Ampere design: no TMA or warp-specialised WGMMA on Hopper), which PyTorch SDPA's
+# default flash backend ran on Hopper until cuDNN came first (torchtitan before Oct 2025,
+# pytorch/pytorch#142132) and Megatron-DeepSpeed's --use-flash-attn-v2 runs; "unfused" the
+# materialised s x s scores (Megatron's fused scale-mask-softmax).
+ATTENTION_KINDS = ("flash", "fa2", "unfused")
+FLASH_KINDS = ("flash", "fa2")  # flash-style: O(s) memory, tiled on chip
+
+
+def is_flash(attention: str | None) -> bool:
+    """Whether ``attention`` is a flash-style kernel (``flash`` or ``fa2``)."""
+    return attention in FLASH_KINDS
 # MoE token dispatchers: the all-to-all one (a copy per routed expert) and Megatron-core's flex
 # dispatcher with the DeepEP or HybridEP kernels (a copy per destination rank and node).
 MOE_DISPATCHERS = ("alltoall", "deepep", "hybridep")
@@ -472,7 +486,7 @@ class ParallelConfig:
     tp_comm_overlap: bool | None = None  # TP all-gather/reduce-scatter pipelined with GEMMs (needs SP)
     async_tp_allreduce: bool | None = None  # backward TP all-reduce overlapped with the weight-gradient GEMM
     overlap_param_gather: bool | None = None  # ZeRO 1/2 weight all-gather overlapped with the next forward
-    attention: str | None = None  # flash | unfused
+    attention: str | None = None  # flash | fa2 | unfused (ATTENTION_KINDS)
     etp: int | None = None  # expert tensor parallelism (Megatron --expert-tensor-parallel-size); None: tp, or 1 where ep spans tp
     # Megatron-core --overlap-moe-expert-parallel-comm: the expert all-to-all of one micro-batch
     # overlapped with another's compute (combined 1F1B); None: the engine's default where it runs

@@ -149,7 +149,7 @@ def fixed_fields(parallel: dict, notes: dict | None = None) -> dict:
         fixed["schedule"] = sched
         if sched in ("1f1b", "gpipe", "zb-h1", "zb-h2") and "vpp" not in fixed:
             fixed["vpp"] = 1
-    for k in ("layers_per_stage", "zero_shard_degree", "etp", "moe_a2a_overlap", "moe_dispatcher", "cuda_graph", "tp_comm_overlap"):
+    for k in ("layers_per_stage", "zero_shard_degree", "etp", "moe_a2a_overlap", "moe_dispatcher", "cuda_graph", "tp_comm_overlap", "attention"):
         if parallel.get(k) is not None:
             fixed[k] = tuple(parallel[k]) if k == "layers_per_stage" else parallel[k]
     return fixed

@@ -14,7 +14,7 @@ from planner.io.loaders import load_cluster, load_model, make_cluster, read_mapp
 from planner.calibration.values import Calibration
 from planner.engines import AUTO, DEFAULT_ENGINE, get_engine
 from planner.search.space import SearchOptions
-from planner.specs import ClusterSpec, Job, ModelSpec
+from planner.specs import ATTENTION_KINDS, ClusterSpec, Job, ModelSpec
 from planner.units import fmt_precision
 
 __all__ = ["Setup", "setup_from_cli", "setup_from_flags", "setup_from_scenario", "fixed_from_flags", "plan_document", "emit_json", "DEFAULTS",
@@ -110,11 +110,11 @@ def _flag(name: str, value, kind: str) -> None:
 
 
 def _attention(flag: str | None) -> str | None:
-    """``--attention``: flash | unfused | auto (None: the engine's kernel for the GPU)."""
+    """``--attention``: flash | fa2 | unfused | auto (None: the engine's kernel for the GPU)."""
     if flag is None or flag == "auto":
         return None
-    if flag not in ("flash", "unfused"):
-        raise InputError("--attention", flag, "flash, unfused or auto")
+    if flag not in ATTENTION_KINDS:
+        raise InputError("--attention", flag, "flash, fa2, unfused or auto")
     return flag
 
 

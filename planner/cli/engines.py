@@ -30,12 +30,17 @@ def _yes(b: bool) -> str:
     return "yes" if b else "-"
 
 
+def _flash(e) -> str:
+    """Flash attention: by default, FlashAttention-2 on a flag (--use-flash-attn-v2), or none."""
+    return "yes" if e.flash_attention else ("FA2 on a flag" if "fa2" in e.attention_kernels else "-")
+
+
 def feature_row(e) -> tuple[str, ...]:
     """One engine's cells, in :data:`FEATURE_COLUMNS` order."""
     sp = ("always" if not e.sequence_parallel_optional else "yes") if e.sequence_parallel else "-"
     zero = ",".join(map(str, e.zero_stages)) + f" (<= {e.max_zero_with_pp})"
     overlaps = [n for n, b in (("grad", e.overlap_grad_reduce), ("param", e.overlap_param_gather)) if b]
-    return (e.name, _yes(e.tensor_parallel), sp, _yes(e.context_parallel), _yes(e.expert_parallel), _yes(e.flash_attention),
+    return (e.name, _yes(e.tensor_parallel), sp, _yes(e.context_parallel), _yes(e.expert_parallel), _flash(e),
             "/".join(e.recompute), zero, ", ".join(e.schedules), _yes(e.uneven_interleaving),
             ("on request" if e.tp_comm_overlap_default is False else "yes") if e.tp_comm_overlap else "-",
             "+".join(overlaps) or "-", _yes(e.moe_a2a_overlap), _yes(e.moe_flex_dispatcher), _yes(e.cuda_graphs))

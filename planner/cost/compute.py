@@ -120,13 +120,15 @@ class LayerTimes:
         return self.bwd_gemm_s + self.bwd_attn_s + self.bwd_elementwise_s + self.bwd_quant_s
 
 
-def attention_efficiency(gpu: GpuSpec, kv_len: float, C: Constants, head_dim: float | None = None) -> float:
+def attention_efficiency(gpu: GpuSpec, kv_len: float, C: Constants, head_dim: float | None = None, kernel: str = "flash") -> float:
     """Flash-attention fwd+bwd achieved / dense 16-bit peak for kernel calls over ``kv_len``
     keys: the per-generation in-training figure at 8K and head dimension 128 scaled by
     s / (s + s_half) (constants.FLASH_ATTENTION_SEQ_HALF, fit to FA3's sequence sweep) and by
     d / (d + d_half) (constants.FLASH_ATTENTION_HEAD_HALF_DIM_PER_TFLOPS_PER_SM, FA4's head-dim
-    sweep; d_half grows with the GPU's 16-bit throughput per SM). ``head_dim`` None: 128."""
-    base = C.FLASH_ATTENTION_EFFICIENCY[gpu_generation(gpu)]
+    sweep; d_half grows with the GPU's 16-bit throughput per SM). ``head_dim`` None: 128.
+    ``kernel`` "fa2": FlashAttention-2's kernels on this generation (constants.FA2_ATTENTION_RATIO)."""
+    gen = gpu_generation(gpu)
+    base = C.FLASH_ATTENTION_EFFICIENCY[gen] * (C.FA2_ATTENTION_RATIO[gen] if kernel == "fa2" else 1.0)
     sh, ref = C.FLASH_ATTENTION_SEQ_HALF, C.FLASH_ATTENTION_REFERENCE_SEQ
     eff = base * (kv_len / (kv_len + sh)) / (ref / (ref + sh))
     if head_dim is None:
@@ -192,6 +194,7 @@ def layer_times(
     C: Constants,
     etp: int | None = None,
     fp8: str = "te",
+    flash_kernel: str = "flash",
 ) -> LayerTimes:
     """Compute time of one dense (or MoE) layer for one micro-batch on one GPU.
 
@@ -206,6 +209,8 @@ def layer_times(
     ``fp8``: how the FP8 casts and GEMMs run (:mod:`planner.cost.fp8`; engines.fp8_casts):
     Transformer Engine's, or a torchao recipe's, under which the routed experts stay 16-bit
     (torchtitan's Float8 converter swaps nn.Linear modules; grouped experts are not).
+    ``flash_kernel``: which flash kernels run the attention core (``flash`` or ``fa2``,
+    ParallelConfig.attention).
     """
     h = model.hidden
     s_local = seq_len / cp
@@ -273,7 +278,7 @@ def layer_times(
         # parallelism each rank holds s/cp queries (two load-balanced chunks) against, on
         # average, half of all s keys, in cp ring steps over key blocks of s/cp tokens
         # (Megatron-core / TE context parallelism); the kernel efficiency follows that block.
-        eff = attention_efficiency(gpu, seq_len / cp, C, (dqk + dv) / 2)
+        eff = attention_efficiency(gpu, seq_len / cp, C, (dqk + dv) / 2, flash_kernel)
         core_fwd = 2.0 * micro_batch * s_local * seq_len * heads_local * (dqk + dv) / 2.0
         peak = gpu.peak(prec16)
         fwd_attn = core_fwd / (peak * eff) + cp * C.GEMM_KERNEL_OVERHEAD_S

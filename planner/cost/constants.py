@@ -119,6 +119,16 @@ class Constants:
     # MI300X through Composable Kernel) has no in-training measurement here: 0.40 is a judgement
     # below Hopper, consistent with MI300X's lower matmul ceiling (kernel_throughput.md sec. 1.1).
     FLASH_ATTENTION_EFFICIENCY: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({"ampere": 0.55, "hopper": 0.45, "blackwell": 0.37, "other": 0.40}), hash=False)
+    # FlashAttention-2's kernels (ParallelConfig.attention "fa2") relative to the generation's own
+    # flash kernel above, each as a fraction of its GPU's peak. Hopper: 329.5 TFLOP/s for PyTorch
+    # SDPA's default flash backend (FA2) against 631.3 for cuDNN and 631.8 for FA3 on H100, fwd,
+    # (1, 24, 4608, 128) (pytorch/pytorch#142132, torch 2.6 nightly, Dec 2024): 0.52; consistent
+    # with the FA3 paper's ~35% for FA2 against FA3's 75% (arXiv 2407.08608, abstract) and cuDNN's
+    # 1.7-2.3x over SDPA's flash backend for training shapes on Hopper (huggingface/transformers
+    # PR #48163). Blackwell: FA2 v2.7.4 on B200 fwd, head 64, 16k: 379 TFLOP/s = 17% of 2250
+    # (Dao-AILab/flash-attention#1589) against FA4 at 1243 = 50% of 2500 (PR #2605): 0.34.
+    # Ampere and the rest: FA2 is the kernel the figure above measures (1.0).
+    FA2_ATTENTION_RATIO: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({"ampere": 1.0, "hopper": 0.52, "blackwell": 0.34, "other": 1.0}), hash=False)
 
     # --- Memory ------------------------------------------------------------------------------
     # PyTorch's caching allocator keeps freed blocks, so its reserved peak exceeds the allocated

@@ -29,7 +29,7 @@ from planner.cost.memory_schedule import moment_table, steady_microbatches
 from planner.engines.policy import fp8_gather_bytes, fp8_gathers
 from planner.engines.profile import Engine
 from planner.errors import InputError
-from planner.specs import Job, ModelSpec, ParallelConfig
+from planner.specs import Job, ModelSpec, ParallelConfig, is_flash
 
 __all__ = ["stage_peak", "describe_peak", "stage_grad_sync", "fsdp2_unsharded_all_step", "DEEPSPEED_REDUCE_BUCKET_ELEMENTS"]
 
@@ -99,7 +99,7 @@ def _stage_peak(model: ModelSpec, job: Job, key: tuple, stage: int, n: int, para
     mb, s, tp, cp, pp, v = par.micro_batch_size, job.seq_len, par.tp, par.cp, par.pp, max(1, par.vpp)
     sp = bool(par.sequence_parallel and tp > 1)
     u = 1.0 / tp if sp else 1.0
-    flash = par.attention == "flash"
+    flash = is_flash(par.attention)
     has_moe = model.moe is not None and model.moe_layers > 0
     zero = par.zero
     mode = _mode(engine, zero, pp)

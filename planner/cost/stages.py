@@ -21,7 +21,7 @@ from planner.cost.memory_peak import stage_peak
 from planner.cost.recompute import op_sac_recomputed_gemm_share
 from planner.engines.policy import fp8_casts, fp8_gather_bytes
 from planner.engines.profile import Engine
-from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
+from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig, is_flash
 
 __all__ = ["p2p_send_time", "pp_comm_exposed", "layer_costs", "engine_layer_costs", "a2a_merged_fraction", "stage_time_parts", "dense_in", "dense_counts", "stage_memory", "stage_sync", "overlap_exposed",
            "embedding_sync_time", "StageSync", "host_exposed", "layer_host_s", "stage_fw"]
@@ -75,7 +75,7 @@ def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelC
     if merged is None:
         merged = a2a_merged_fraction(par, par.num_microbatches(job.global_batch_size)) if par.moe_a2a_overlap else 0.0
     key = (par.tp, par.pp, par.dp, par.cp, par.ep, par.vpp, par.micro_batch_size, par.recompute,
-           bool(par.sequence_parallel and par.tp > 1), bool(par.tp_comm_overlap), bool(par.async_tp_allreduce), par.attention == "flash",
+           bool(par.sequence_parallel and par.tp > 1), bool(par.tp_comm_overlap), bool(par.async_tp_allreduce), par.attention if is_flash(par.attention) else "",
            par.etp or par.tp, merged, par.moe_dispatcher or "alltoall", par.cuda_graph or "none",
            sac if par.recompute == "selective" else "korthikanti", fp8 if job.precision == "fp8" else "",
            bool(p2p_overlap and par.pp > 1 and (par.vpp or 1) > 1), bool(tp_copies and par.tp > 1 and par.sequence_parallel),
@@ -94,14 +94,15 @@ def engine_layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Pa
 
 @lru_cache(maxsize=65536)
 def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C: Constants) -> tuple:
-    tp, pp, dp, cp, ep, v, mb, rec, sp, tpo, asy, flash, etp, merged, disp, graph, sac, fp8, p2p_ovl, copies, loss = key
+    tp, pp, dp, cp, ep, v, mb, rec, sp, tpo, asy, kernel, etp, merged, disp, graph, sac, fp8, p2p_ovl, copies, loss = key
+    flash = bool(kernel)  # "flash" or "fa2" (ParallelConfig.attention), "" unfused
     gpu = cluster.gpu
     prec = job.precision
     s = job.seq_len
     links = group_links(cluster, ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp))
     has_moe = model.moe is not None and model.moe_layers > 0
-    lt_d = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, False, ep, C=C, fp8=fp8)
-    lt_m = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, True, ep, C=C, etp=etp, fp8=fp8) if has_moe else lt_d
+    lt_d = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, False, ep, C=C, fp8=fp8, flash_kernel=kernel or "flash")
+    lt_m = layer_times(model, gpu, prec, mb, s, tp, cp, sp, flash, True, ep, C=C, etp=etp, fp8=fp8, flash_kernel=kernel or "flash") if has_moe else lt_d
     act_bytes = mb * s / cp * model.hidden * 2  # one b*s*h activation in 16-bit
     # torchao's tensor-wise Float8 TP (Job.fp8_tp_gather: Float8ColwiseParallel /
     # Float8RowwiseParallel / PrepareFloat8ModuleInput, torchao float8_tensor_parallel.py) casts a

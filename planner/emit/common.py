@@ -286,7 +286,7 @@ def for_engine(v: PlanView, name: str) -> tuple[PlanView, list[str]]:
             ch["sequence_parallel"] = False
         if par.tp > 1 and not par.sequence_parallel and not target.sequence_parallel_optional:
             ch["sequence_parallel"] = True
-        if par.attention == "flash" and not target.flash_attention:
+        if par.attention and target.attention_kernels and par.attention not in target.attention_kernels:
             ch["attention"] = "unfused"
         sp = ch.get("sequence_parallel", par.sequence_parallel)
         # an overlap the target runs only on request (torchtitan's async TP, which needs torch.compile) does not carry over

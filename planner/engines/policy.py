@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from planner.engines.profile import Engine, has_dropout
 from planner.errors import InputError
-from planner.specs import ENGINE_FIELDS, ClusterSpec, GpuSpec, Job, ModelSpec, ParallelConfig
+from planner.specs import ENGINE_FIELDS, ClusterSpec, GpuSpec, Job, ModelSpec, ParallelConfig, is_flash
 
 __all__ = ["supports_flash", "resolve", "engine_flags", "check_engine", "default_split", "interleaving_ok", "least_layers", "default_etp",
            "a2a_overlap_runs", "a2a_overlap_why", "flex_dispatcher_why", "cuda_graph_why"]
@@ -93,7 +93,7 @@ def attention_kernel(engine: Engine, gpu: GpuSpec, given: str | None = None) -> 
 def cp_attention_why(engine: Engine, attention: str | None, gpu: GpuSpec | None = None) -> str | None:
     """Why context parallelism cannot run with this attention kernel on ``engine`` (None: it can);
     ``gpu``: named where it has no flash kernel (the reason the attention is unfused)."""
-    if engine.cp_needs_flash and attention != "flash":
+    if engine.cp_needs_flash and not is_flash(attention):
         return ("with unfused attention (its context parallelism runs on flash/fused attention kernels only"
                 + (f"; {gpu.id} has no flash-attention kernel)" if gpu is not None and not supports_flash(gpu) else ")"))
     return None
@@ -375,8 +375,8 @@ def check_engine(model: ModelSpec, job: Job, par: ParallelConfig, engine: Engine
         raise InputError("parallel.zero", 0, f"1 or more on {e} with job.fp8_param_gather (FP8 weights are gathered by a sharded optimizer or FSDP)")
     if par.cp > 1 and (why := cp_attention_why(engine, par.attention)) is not None:
         raise InputError("parallel.cp", par.cp, f"1 on {e} {why}")
-    if par.attention == "flash" and not engine.flash_attention:
-        raise InputError("parallel.attention", "flash", f"unfused on {e}")
+    if par.attention is not None and engine.attention_kernels and par.attention not in engine.attention_kernels:
+        raise InputError("parallel.attention", par.attention, f"{' or '.join(engine.attention_kernels)} on {e}")
     if par.pp > 1 and par.schedule not in engine.schedules:
         raise InputError("parallel.schedule", par.schedule, f"one of {', '.join(engine.schedules)} on {e}")
     if par.vpp > 1:

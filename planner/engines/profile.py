@@ -24,7 +24,7 @@ from importlib import resources
 import yaml
 
 from planner.errors import InputError, suggest
-from planner.specs import ModelSpec
+from planner.specs import ATTENTION_KINDS, ModelSpec
 
 __all__ = ["Sharding", "MemoryProfile", "Engine", "ENGINE_NAMES", "DEFAULT_ENGINE", "AUTO", "AUTO_ENGINES", "get_engine", "engine_names", "has_dropout"]
 
@@ -171,6 +171,10 @@ class Engine:
     # context parallelism only on flash/fused attention kernels (Megatron-core: TE's DotProductAttention;
     # its unfused backend and Megatron's local attention refuse cp > 1)
     cp_needs_flash: bool = False
+    # the attention kernels the engine can be told to run (ParallelConfig.attention): its default
+    # (flash where flash_attention, else unfused) and, where a flag selects it, FlashAttention-2's
+    # (Megatron-DeepSpeed --use-flash-attn-v2; SDPA's flash backend); an empty tuple: every kind
+    attention_kernels: tuple[str, ...] = ()
     precisions: tuple[str, ...] = ("fp16", "bf16", "fp8")  # the training precisions the engine runs
     # whether its launch files can set an uneven layer split (False: the engine partitions the
     # layers itself, so plans keep its default split; DeepSpeed's PipelineModule partition_method)
@@ -316,6 +320,7 @@ def _from_dict(d: dict, where: str) -> Engine:
         moe_flex_dispatcher=bool(feats.get("moe_flex_dispatcher", False)),
         cuda_graphs=bool(feats.get("cuda_graphs", False)),
         cp_needs_flash=bool(feats.get("cp_needs_flash", False)),
+        attention_kernels=_attention_kernels(feats, where),
         custom_split=bool(feats.get("custom_split", True)),
         precisions=tuple(feats["precisions"]) if feats.get("precisions") is not None else ("fp16", "bf16", "fp8"),
         mtp=bool(feats.get("mtp", False)),
@@ -325,6 +330,18 @@ def _from_dict(d: dict, where: str) -> Engine:
         **_fp8(d.get("fp8") or {}, where),
         **_loss(d.get("loss"), where),
     )
+
+
+def _attention_kernels(feats: dict, where: str) -> tuple[str, ...]:
+    """``features.attention_kernels`` (default: every kind where the engine has flash attention, only
+    unfused where it does not)."""
+    kinds = feats.get("attention_kernels")
+    if kinds is None:
+        return ATTENTION_KINDS if feats["flash_attention"] else ("unfused",)
+    for k in kinds:
+        if k not in ATTENTION_KINDS:
+            raise InputError(f"{where}.features.attention_kernels", k, "one of " + ", ".join(ATTENTION_KINDS))
+    return tuple(kinds)
 
 
 def _loss(block: dict | None, where: str) -> dict:

@@ -119,7 +119,7 @@ def _setup(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelConfig, e
 
 def _on(par: ParallelConfig, cluster: ClusterSpec, model: ModelSpec, job: Job, engine: Engine) -> ParallelConfig:
     """``par`` with the attention kernel resolved for this group's GPU (unless fixed)."""
-    return par if par.attention == "unfused" else resolve(par.replace(attention=None), model, cluster, job, engine)[0]
+    return par if par.attention in ("unfused", "fa2") else resolve(par.replace(attention=None), model, cluster, job, engine)[0]
 
 
 def hetero_evaluate(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelConfig, placement: tuple[int, ...],

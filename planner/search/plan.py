@@ -45,7 +45,7 @@ from planner.search.rules import check_fixed, explain_no_candidates
 from planner.cost.step import pipeline_form
 from planner.search.space import SearchOptions, candidate_tuples, to_parallel
 from planner.search.split import optimal_split, split_unit, stage_affine
-from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
+from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig, is_flash
 
 __all__ = ["Plan", "PlanResult", "plan", "SPLIT_MIN_GAIN", "DEFAULT_TIME_LIMIT_S", "TIME_LIMIT_S", "MAX_CANDIDATES", "OBJECTIVES"]
 
@@ -299,7 +299,7 @@ def plan(
             raise _timed_out(limit, found, len(pool), evaluated, t0, eng.name, stats, "ranking", top_k)
         tp, pp, dp, cp, ep, v, mb, rec, z, sched = t
         f = flag_cache[(tp, z, pp > 1)]
-        if not may_fit(tp, pp, dp, cp, ep, v, mb, rec, z, sched, f["sequence_parallel"], f["attention"] == "flash", split_unit(v, eng)):
+        if not may_fit(tp, pp, dp, cp, ep, v, mb, rec, z, sched, f["sequence_parallel"], is_flash(f["attention"]), split_unit(v, eng)):
             stats.memory_pruned += 1  # no layer split fits (model states and in-flight activations alone)
             nk = (states_cache[(tp, pp, dp, cp, ep, z)], -_REC[rec], mb)
             if nearest is None or (nearest[1] is None and nk < nearest[0]):

@@ -12,7 +12,7 @@ from planner.calibration.datasets import _recipes, _rules, dataset_path, run_eng
 from planner.calibration.validate import fill_and_predict, with_sidecars
 from planner.io.loaders import load_runs
 from planner import estimate
-from planner.specs import CUDA_GRAPHS, MOE_DISPATCHERS, RECOMPUTE_KINDS
+from planner.specs import ATTENTION_KINDS, CUDA_GRAPHS, MOE_DISPATCHERS, RECOMPUTE_KINDS
 
 ALL = {name: load_runs(dataset_path(name)) for name in ("public", "vtrain-multi", "modern", "memory")}
 IDS = [r.id for runs in ALL.values() for r in runs]
@@ -24,11 +24,13 @@ def test_every_recipe_rule_covers_rows_cites_and_fills_only_unknowns(rule):
     assert hits, "a rule that covers no run"
     assert rule["source"] and rule["why"]
     for k, v in (rule.get("parallel") or {}).items():
-        assert k in ("recompute", "etp", "moe_a2a_overlap", "moe_dispatcher", "cuda_graph", "tp_comm_overlap"), k
+        assert k in ("recompute", "etp", "moe_a2a_overlap", "moe_dispatcher", "cuda_graph", "tp_comm_overlap", "attention"), k
         if v is None:
             continue  # kept unknown: later rules do not set it
         if k == "recompute":
             assert v in RECOMPUTE_KINDS
+        elif k == "attention":
+            assert v in ATTENTION_KINDS
         elif k == "etp":
             assert isinstance(v, int) and v >= 1
         elif k == "moe_dispatcher":
@@ -98,6 +100,21 @@ def test_a_recipe_field_is_fixed_in_the_fill_and_reported():
     res = fill_and_predict(run, median=False)
     assert res.from_recipe == {"recompute": "none", "cuda_graph": "none"} and "recompute" not in res.filled
     assert res.parallel.recompute == "none"
+
+
+def test_torchtitan_rows_before_cudnn_came_first_run_flashattention_2():
+    """torchtitan's benchmark rows of Dec 2024 and June 2025 ran SDPA's flash backend
+    (FlashAttention-2): validate prices attention "fa2" from the recipe rule; on H100 that is
+    slower than the engine's default (cuDNN, torchtitan 0.2.x), on A100 the same."""
+    import dataclasses
+
+    for rid, slower in (("tt-asynctp-llama3_8b-64h100-bf16-vanilla", True), ("tt2024-llama3_8b-64-selectiveop-none", False)):
+        run = next(r for r in ALL["modern"] if r.id == rid)
+        res = fill_and_predict(run, median=False)
+        assert res.from_recipe.get("attention") == "fa2" and res.parallel.attention == "fa2"
+        read, _ = with_sidecars(run)
+        flash = estimate(read.model, read.cluster, read.job, dataclasses.replace(res.parallel, attention="flash"), res.engine)
+        assert (res.estimate.step_time_s > 1.02 * flash.step_time_s) if slower else res.estimate.step_time_s == pytest.approx(flash.step_time_s)
 
 
 def test_recipe_expert_tensor_degree_reaches_the_prediction():

@@ -51,3 +51,15 @@ def test_overlap_comm_default_follows_the_stage(tmp_path):
     p.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "zero_optimization": {"stage": 3}}))
     cj = read_job([str(p)], Overrides(model="llama3.1-8b", gpus=8, extra={"job.seq_len": 4096}))
     assert cj.parallel.overlap_grad_reduce is True and cj.job.global_batch_size == 8  # overlap_comm None -> stage == 3
+
+
+def test_megatron_deepspeed_flash_attn_v2_is_read_as_flashattention_2(tmp_path):
+    """--use-flash-attn-v2 runs the flash-attn 2.x package: read as attention "fa2" and priced on
+    Megatron-DeepSpeed (it was refused: the engine's default is unfused)."""
+    src = (FX / "megatron_deepspeed_gpt.sh").read_text()
+    script = tmp_path / "run.sh"
+    script.write_text(src.replace("--seq-length", "--use-flash-attn-v2 --seq-length", 1))
+    (tmp_path / "pipe_zero1.json").write_text((FX / "pipe_zero1.json").read_text())
+    cj = read_job([str(script)])
+    assert cj.parallel.attention == "fa2" and cj.engine == "megatron-deepspeed"
+    assert check_job(cj, top=1, time_limit_s=3).estimate.step_time_s > 0

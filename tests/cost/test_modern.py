@@ -81,6 +81,31 @@ def test_flash_attention_time_is_causal_half_at_long_context():
     assert lt.bwd_attn_s == pytest.approx(2.5 * t + 2 * C.GEMM_KERNEL_OVERHEAD_S)
 
 
+
+def test_fa2_kernels_run_attention_at_their_measured_share_of_the_generations_flash():
+    """attention="fa2" (FlashAttention-2's kernels, e.g. SDPA's flash backend on Hopper before
+    cuDNN came first): the attention core at FA2_ATTENTION_RATIO of the generation's flash
+    efficiency, 0.52 on H100 (pytorch/pytorch#142132: 329.5 against 631.3 TFLOP/s); the same
+    kernel as "flash" on A100; the GEMMs and elementwise work unchanged."""
+    m = load_model("llama3.1-8b")
+    assert attention_efficiency(H100, 8192, C, 128, "fa2") == pytest.approx(0.52 * attention_efficiency(H100, 8192, C, 128))
+    fa3 = layer_times(m, H100, "bf16", 1, 8192, 1, 1, False, True, C=C)
+    fa2 = layer_times(m, H100, "bf16", 1, 8192, 1, 1, False, True, C=C, flash_kernel="fa2")
+    ov = C.GEMM_KERNEL_OVERHEAD_S
+    assert (fa2.fwd_attn_s - ov) == pytest.approx((fa3.fwd_attn_s - ov) / 0.52)
+    assert (fa2.bwd_attn_s - 2 * ov) == pytest.approx((fa3.bwd_attn_s - 2 * ov) / 0.52)
+    assert (fa2.fwd_gemm_s, fa2.fwd_elementwise_s) == (fa3.fwd_gemm_s, fa3.fwd_elementwise_s)
+    a100 = load_gpu("a100-sxm4-80gb")
+    assert layer_times(m, a100, "bf16", 1, 8192, 1, 1, False, True, C=C, flash_kernel="fa2") == \
+        layer_times(m, a100, "bf16", 1, 8192, 1, 1, False, True, C=C)
+    # through estimate: the same plan on H100 is slower with fa2, by the attention's share only
+    cl, job = make_cluster("h100-sxm5-80gb", 8), Job(8192, 16)
+    par = ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=1, recompute="none", zero=1)
+    e3, e2 = estimate(m, cl, job, par), estimate(m, cl, job, par.replace(attention="fa2"))
+    assert e2.parallel.attention == "fa2" and 1.05 < e2.step_time_s / e3.step_time_s < 1.3
+    assert e2.memory_peak_bytes == pytest.approx(e3.memory_peak_bytes)  # flash-style memory either way
+
+
 # --- FP8 ---------------------------------------------------------------------------------------
 def test_fp8_quant_kernels_closed_form():
     # one GEMM m=4096 tokens, n=8192 out, k=2048 in: fwd reads/writes 4 B x m k, bwd 4 B x m n

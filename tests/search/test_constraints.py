@@ -188,3 +188,26 @@ def test_torchtitan_refuses_fp16_in_estimate_and_plan_as_its_launch_files_do():
     res = plan(model, cluster, job, top_k=10, options=SearchOptions(engine="auto"))
     assert res.plans and all(p.estimate.engine != "torchtitan" for p in res.plans)
     assert get_engine("torchtitan").precisions == ("bf16", "fp8") and "fp16" in get_engine("megatron-core").precisions
+
+
+def test_each_engine_runs_the_attention_kernels_its_flags_select():
+    """FlashAttention-2's kernels (attention="fa2") run where a flag selects them: Megatron-DeepSpeed
+    (--use-flash-attn-v2, the flash-attn 2.x package) but not its default-less flash; the 2021
+    Megatron-LM only unfused; the engines with flash attention every kind. The search never picks
+    fa2 (it is never faster); fixed, the plan keeps it."""
+    from planner.errors import InputError  # noqa: PLC0415
+    from planner.specs import ParallelConfig  # noqa: PLC0415
+
+    model, cluster, job = load_model("gpt3-1.3b"), make_cluster("h100-sxm5-80gb", 8), Job(2048, 64)
+    assert get_engine("megatron-deepspeed").attention_kernels == ("unfused", "fa2")
+    assert get_engine("megatron-legacy").attention_kernels == ("unfused",)
+    assert get_engine("megatron-core").attention_kernels == ("flash", "fa2", "unfused")
+    assert estimate(model, cluster, job, ParallelConfig(tp=1, attention="fa2"), engine="megatron-deepspeed").parallel.attention == "fa2"
+    for engine, kind in (("megatron-deepspeed", "flash"), ("megatron-legacy", "fa2")):
+        with pytest.raises(InputError, match=f"parallel.attention: got '{kind}'.* on {engine}"):
+            estimate(model, cluster, job, ParallelConfig(tp=1, attention=kind), engine=engine)
+    free = plan(model, cluster, job, top_k=10, options=SearchOptions(engine="megatron-core"))
+    assert {p.parallel.attention for p in free.plans} == {"flash"}
+    fixed = plan(model, cluster, job, top_k=3, options=SearchOptions(engine="megatron-core", fixed={"attention": "fa2"}))
+    assert {p.parallel.attention for p in fixed.plans} == {"fa2"}
+    assert fixed.plans[0].estimate.step_time_s > free.plans[0].estimate.step_time_s
