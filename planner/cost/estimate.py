@@ -132,6 +132,10 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig,
     if par.cuda_graph == "full_iteration" and model.moe is not None and model.moe_layers and model.moe.capacity_factor is None:
         notes.append("full-iteration CUDA graph of dropless MoE layers: Megatron-Bridge captures it with capacity padding and "
                      "paged stashing, which this prediction does not price and the planner's Megatron launch files do not write")
+    if par.tp > cluster.nvlink_domain:
+        notes.append(f"tensor parallelism {par.tp} spans {-(-par.tp // cluster.nvlink_domain)} NVLink domains of {cluster.nvlink_domain} GPUs: "
+                     f"its collectives cross the {cluster.inter.kind} network (plan keeps tp within a domain unless --allow-tp-across-nodes)"
+                     + ("; the TP communication overlap runs through NVLink peer memory and is off" if not par.tp_comm_overlap and eng.tp_comm_overlap else ""))
     notes.append(f"MFU {100 * mfu:.1f}% counts attention over the full s x s square; with causal attention counted causally (what flash attention executes) MFU is {100 * causal_flops / (step * n * peak16):.1f}% ({causal_flops / step / n / 1e12:.0f} TFLOP/s per GPU)")
     if prec == "fp8":
         notes.append(f"fp8: MFU is over the dense BF16 peak; over the FP8 peak it is {100 * model_flops / (step * n * gpu.peak('fp8')):.1f}% (attention, router, output layer stay BF16)")

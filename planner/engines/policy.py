@@ -99,17 +99,23 @@ def cp_attention_why(engine: Engine, attention: str | None, gpu: GpuSpec | None 
     return None
 
 
-def engine_flags(engine: Engine, gpu: GpuSpec, tp: int, zero: int, given: dict | None = None, pp: int = 1) -> dict:
+def engine_flags(engine: Engine, gpu: GpuSpec, tp: int, zero: int, given: dict | None = None, pp: int = 1,
+                 nvlink_domain: int | None = None) -> dict:
     """The engine-decided fields for tensor degree ``tp`` and ZeRO stage ``zero``: sequence
     parallelism, attention kernel, the TP and data-parallel overlaps. ``given`` holds values the
     user set (kept as they are, except sequence parallelism without tensor parallelism, which is
     off: Megatron-LM's validate_args turns it off, arguments.py "Disabling sequence parallelism
-    because tensor model parallelism is disabled"; the others follow from them)."""
+    because tensor model parallelism is disabled"; the others follow from them).
+    ``nvlink_domain``: the GPUs one scale-up domain holds (ClusterSpec.nvlink_domain). The TP
+    communication overlap exchanges through NVLink peer memory (Transformer Engine's userbuffers:
+    initialize_ub lays them out per "TP domain"; torch symmetric memory for torchtitan's async TP),
+    so a tensor-parallel group wider than the domain runs without it unless the user set it."""
     g = {k: v for k, v in (given or {}).items() if v is not None}
     sp = bool(g.get("sequence_parallel", engine.sequence_parallel) and tp > 1)
+    in_domain = nvlink_domain is None or tp <= nvlink_domain
     out = {"sequence_parallel": sp,
            "attention": attention_kernel(engine, gpu, g.get("attention")),
-           "tp_comm_overlap": g.get("tp_comm_overlap", bool(engine.tp_comm_overlap and sp and tp > 1
+           "tp_comm_overlap": g.get("tp_comm_overlap", bool(engine.tp_comm_overlap and sp and tp > 1 and in_domain
                                                              and engine.tp_comm_overlap_default is not False)),
            "async_tp_allreduce": g.get("async_tp_allreduce", engine.async_tp_allreduce),
            "overlap_grad_reduce": g.get("overlap_grad_reduce", engine.overlap_grad_reduce)}
@@ -312,7 +318,7 @@ def resolve(par: ParallelConfig, model: ModelSpec, cluster: ClusterSpec, job: Jo
         ch["zero"] = zero
     if par.etp is None:
         ch["etp"] = default_etp(par.tp, ch.get("dp", par.dp), par.cp, par.ep)
-    flags = engine_flags(engine, cluster.gpu, par.tp, zero, {k: getattr(par, k) for k in _FLAG_FIELDS}, par.pp)
+    flags = engine_flags(engine, cluster.gpu, par.tp, zero, {k: getattr(par, k) for k in _FLAG_FIELDS}, par.pp, cluster.nvlink_domain)
     # the fields left unset, and the one engine_flags overrules (sequence parallelism at tp 1)
     ch.update({k: v for k, v in flags.items() if getattr(par, k) != v})
     out = replace(par, **ch) if ch else par

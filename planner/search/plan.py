@@ -271,7 +271,7 @@ def plan(
             continue
         fk = (tp, z, pp > 1)
         if fk not in flag_cache:
-            flag_cache[fk] = engine_flags(eng, cluster.gpu, tp, z, given, pp)
+            flag_cache[fk] = engine_flags(eng, cluster.gpu, tp, z, given, pp, cluster.nvlink_domain)
         f = flag_cache[fk]
         etp = fixed.get("etp") or default_etp(tp, dp, cp, ep)
         a2a = fixed.get("moe_a2a_overlap")

@@ -211,3 +211,23 @@ def test_each_engine_runs_the_attention_kernels_its_flags_select():
     fixed = plan(model, cluster, job, top_k=3, options=SearchOptions(engine="megatron-core", fixed={"attention": "fa2"}))
     assert {p.parallel.attention for p in fixed.plans} == {"fa2"}
     assert fixed.plans[0].estimate.step_time_s > free.plans[0].estimate.step_time_s
+
+
+def test_tp_communication_overlap_stays_inside_one_nvlink_domain():
+    """Transformer Engine's userbuffers (and torch symmetric memory for torchtitan's async TP)
+    exchange through NVLink peer memory: a tensor-parallel group wider than the NVLink domain
+    resolves without the overlap (its collectives priced exposed over the network), with a note;
+    inside the domain the engine's default stays on. A user's explicit setting is kept."""
+    from planner.specs import ParallelConfig  # noqa: PLC0415
+
+    model, job = load_model("llama3.1-70b"), Job(8192, 64)
+    cluster = make_cluster("h100-sxm5-80gb", 64)
+    inside = estimate(model, cluster, job, ParallelConfig(tp=8, pp=1, micro_batch_size=1))
+    across = estimate(model, cluster, job, ParallelConfig(tp=16, pp=1, micro_batch_size=1))
+    assert inside.parallel.tp_comm_overlap is True and across.parallel.tp_comm_overlap is False
+    assert any("spans 2 NVLink domains" in n and "overlap" in n for n in across.notes)
+    assert not any("NVLink domains" in n for n in inside.notes)
+    kept = estimate(model, cluster, job, ParallelConfig(tp=16, pp=1, micro_batch_size=1, tp_comm_overlap=True))
+    assert kept.parallel.tp_comm_overlap is True
+    gb200 = make_cluster("gb200", 64)  # a 72-GPU NVLink domain: tp 16 is inside it
+    assert estimate(model, gb200, job, ParallelConfig(tp=16, pp=1, micro_batch_size=1)).parallel.tp_comm_overlap is True
