@@ -450,6 +450,9 @@ def _no_fit(model, cluster, job, nearest, eng, C, fixed) -> NoFeasiblePlan:
             return None
         return e if e.fits else None
 
+    def degrees(p) -> str:  # the parallel degrees of a hint, the expert degree where the model has experts
+        return f"tp={p.tp} pp={p.pp} dp={p.dp} cp={p.cp}" + (f" ep={p.ep}" if model.moe is not None and model.moe_layers else "")
+
     hints, fits_with = [], []
     free = lambda f: f not in fixed  # noqa: E731  (a change the user has not pinned)
     steps = []
@@ -492,7 +495,7 @@ def _no_fit(model, cluster, job, nearest, eng, C, fixed) -> NoFeasiblePlan:
                     k *= 2
                     continue
                 p = best.parallel
-                hints.append(f"{k}x more GPUs ({big.num_gpus}), e.g. tp={p.tp} pp={p.pp} dp={p.dp} cp={p.cp} "
+                hints.append(f"{k}x more GPUs ({big.num_gpus}), e.g. {degrees(p)} "
                              f"recompute={p.recompute} zero={p.zero}: {best.estimate.memory_peak_bytes / gib:.1f} GiB")
                 break
         finally:
@@ -501,7 +504,7 @@ def _no_fit(model, cluster, job, nearest, eng, C, fixed) -> NoFeasiblePlan:
     hints.append(f"GPUs with {need / (1 - est.memory_margin) / gib:.0f}+ GiB")
     msg = (
         f"needs {need / gib:.1f} GiB per GPU, {usable / gib:.1f} GiB available of {est.memory_capacity_bytes / gib:.1f} "
-        f"({100 * est.memory_margin:.0f}% margin kept free) (nearest miss: tp={par.tp} pp={par.pp} dp={par.dp} cp={par.cp} "
+        f"({100 * est.memory_margin:.0f}% margin kept free) (nearest miss: {degrees(par)} "
         f"mb={par.micro_batch_size} recompute={par.recompute} zero={par.zero}, peak at stage {est.memory_peak_stage}: "
         f"{est.memory_peak_moment}); feasible with " + " or ".join(hints[:2])
     )

@@ -47,3 +47,14 @@ def test_a_hint_that_fits_is_offered():
     # 70B on 8 GPUs at 8K: recompute or ZeRO is not enough; a larger cluster is, and is named.
     m, c, exc = _no_fit("llama3.1-70b", 8, Job(8192, 64))
     assert any("more GPUs" in h for h in exc.hints) or any("recompute" in h for h in exc.hints), exc.hints
+
+
+def test_moe_nearest_miss_and_hints_name_the_expert_degree():
+    """A mixture-of-experts model's nearest miss and its more-GPUs hint name ep beside tp/pp/dp/cp
+    (the degree that places its experts); a dense model's do not."""
+    m, c, exc = _no_fit("mixtral-8x22b", 8, Job(4096, 64))
+    assert re.search(r"nearest miss: tp=\d+ pp=\d+ dp=\d+ cp=\d+ ep=\d+ ", str(exc)), str(exc)
+    more = [h for h in exc.hints if "more GPUs" in h]
+    assert more and all(" ep=" in h for h in more), exc.hints
+    _, _, dense = _no_fit("llama3.1-405b", 8, Job(8192, 64))
+    assert " ep=" not in str(dense)
