@@ -32,6 +32,7 @@ __all__ = [
     "ATTENTION_KINDS",
     "FLASH_KINDS",
     "is_flash",
+    "positions_note",
     "MOE_DISPATCHERS",
     "CUDA_GRAPHS",
     "ENGINE_FIELDS",
@@ -63,6 +64,16 @@ SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "zb-v", "dualpipe
 # materialised s x s scores (Megatron's fused scale-mask-softmax).
 ATTENTION_KINDS = ("flash", "fa2", "unfused")
 FLASH_KINDS = ("flash", "fa2")  # flash-style: O(s) memory, tiled on chip
+
+
+def positions_note(model: "ModelSpec", seq_len: int) -> str | None:
+    """A note when ``seq_len`` is longer than the positions ``model`` was trained for, else None."""
+    if model.max_seq_len is None or seq_len <= model.max_seq_len:
+        return None
+    how = ("its learned position embeddings stop there" if model.position_embedding == "learned"
+           else "rotary positions that far need scaling or continued training")
+    return (f"sequence {seq_len} is longer than {model.name}'s {model.max_seq_len} positions (max_seq_len): priced as given, "
+            f"but {how}")
 
 
 def is_flash(attention: str | None) -> bool:
@@ -166,10 +177,16 @@ class ModelSpec:
     # of a layer's time)
     qk_norm: bool = False
     source: str = ""
+    # The sequence length the model's positions were trained for (a preset's max_seq_len, a Hugging
+    # Face config's max_position_embeddings); None: unknown. A longer job is priced as given, with a
+    # note (learned positions stop there; rotary ones need scaling or continued training).
+    max_seq_len: int | None = None
 
     def __post_init__(self) -> None:
         for f in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab"):
             _positive_int(f"model.{f}", getattr(self, f))
+        if self.max_seq_len is not None:
+            _positive_int("model.max_seq_len", self.max_seq_len)
         _choice("model.mlp", self.mlp, MLP_KINDS)
         _choice("model.norm", self.norm, ("layernorm", "rmsnorm"))
         if self.position_embedding is None:

@@ -33,7 +33,7 @@ def _split_suffix(arg: str) -> tuple[Path, str | None]:
 def classify(path: Path) -> str:
     """megatron | torchtitan-toml | torchtitan-py | deepspeed-json | plan | hostfile | summary"""
     if not path.exists():
-        raise InputError(str(path), "missing", "an existing file")
+        raise InputError("FILE", str(path), "an existing file (a launch script, config or plan document)")
     suffix = path.suffix.lower()
     if suffix == ".toml":
         return "torchtitan-toml"

@@ -12,6 +12,7 @@ from planner.io.hf_import import import_notes
 from planner.cli.app import app
 from planner.cli.common import emit_json, plan_document, precision_text, setup_from_cli
 from planner.report.tables import busy, console, plans_legend, plans_view, recommendation, search_line, wrap
+from planner.specs import positions_note
 from planner.units import plural
 
 __all__ = ["plan_cmd"]
@@ -139,6 +140,8 @@ def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, net
         con.print(wrap(note), style="dim")
     if (notes := import_notes(setup.model)) is not None:
         con.print(wrap(notes), style="dim")
+    if (note := positions_note(setup.model, j.seq_len)) is not None:
+        con.print(wrap("note: " + note), style="dim")
     for line in gp_text:
         con.print(wrap(line), highlight=False, soft_wrap=True)
     if explain:

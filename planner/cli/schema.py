@@ -21,14 +21,15 @@ def schema_text(name: str) -> str:
         from planner.io.presets import suggest  # noqa: PLC0415
 
         hint = suggest(name, SCHEMA_NAMES)
-        raise InputError("NAME", name, "plan, estimate or validate" + (f" ({hint})" if hint else ""))
+        raise InputError("NAME", name, ", ".join(SCHEMA_NAMES[:-1]) + f" or {SCHEMA_NAMES[-1]}" + (f" ({hint})" if hint else ""))
     return resources.files("planner.schemas").joinpath(f"{name}.json").read_text(encoding="utf-8")
 
 
 @app.command("schema")
-def schema_cmd(name: Annotated[str, typer.Argument(help="plan | estimate | validate.")]) -> None:
+def schema_cmd(name: Annotated[str, typer.Argument(help="plan | estimate | validate | check.")]) -> None:
     """Print the JSON Schema (draft 2020-12) of a JSON output: `plan --json` (planner-plan/1),
-    `estimate --json` (planner-estimate/1) or `validate --json` (planner-validate/1).
+    `estimate --json` (planner-estimate/1), `validate --json` (planner-validate/1) or `check --json`
+    (planner-check/1).
 
     Examples:
       planner schema plan > plan.schema.json

@@ -24,7 +24,7 @@ from planner.cost.rules import check_parallel
 from planner.cost.stages import dense_counts, embedding_sync_time, engine_layer_costs, stage_fw, stage_memory, stage_sync, stage_time_parts
 from planner.cost.step import assemble
 from planner.engines import Engine, default_split, fp8_gathers, fp8_recipe, get_engine, resolve, resolve_job
-from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
+from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig, positions_note
 
 __all__ = ["Estimate", "estimate", "price"]
 
@@ -132,6 +132,8 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig,
     if par.cuda_graph == "full_iteration" and model.moe is not None and model.moe_layers and model.moe.capacity_factor is None:
         notes.append("full-iteration CUDA graph of dropless MoE layers: Megatron-Bridge captures it with capacity padding and "
                      "paged stashing, which this prediction does not price and the planner's Megatron launch files do not write")
+    if (note := positions_note(model, s)) is not None:
+        notes.append(note)
     if par.tp > cluster.nvlink_domain:
         notes.append(f"tensor parallelism {par.tp} spans {-(-par.tp // cluster.nvlink_domain)} NVLink domains of {cluster.nvlink_domain} GPUs: "
                      f"its collectives cross the {cluster.inter.kind} network (plan keeps tp within a domain unless --allow-tp-across-nodes)"

@@ -345,6 +345,8 @@ def model_from_hf_config(data: dict, name: str = "hf-model") -> ModelSpec:
         rope_theta=_rope_theta(d),
         qk_norm=qk_norm,
         source=source,
+        max_seq_len=d.get("max_position_embeddings") if isinstance(d.get("max_position_embeddings"), int)
+        and d.get("max_position_embeddings") > 0 else None,
     )
 
 

@@ -170,6 +170,7 @@ def model_from_dict(d: dict, where: str = "model", strict: bool = True) -> Model
         mtp_layers=int(d.get("mtp_layers", 0) or 0),
         qk_norm=bool(d.get("qk_norm", False)),
         source="; ".join(sources) if isinstance(sources, list) else str(sources),
+        max_seq_len=d.get("max_seq_len"),
     )
 
 

@@ -295,3 +295,27 @@ def test_unknown_model_key_names_itself_and_the_field_meant(tmp_path, key, hint)
     code, out, err = run_cli(["estimate", "--model", str(path), "--gpus", "8"])
     assert code == 2 and len(err.splitlines()) == 1
     assert f"m.yaml.{key}: got" in err and f"instead of {key!r} (did you mean {hint}?)" in err, err
+
+
+def test_a_sequence_beyond_the_models_positions_is_priced_with_a_note(tmp_path):
+    """GPT-3 presets hold 2048 learned positions: a job at 8192 is priced as given, and plan and
+    estimate say the model cannot run it as is; within the positions, no note. A Hugging Face
+    config's max_position_embeddings is the same field."""
+    import json
+
+    import planner
+    from planner.specs import positions_note
+
+    m = planner.load_model("gpt3-1.3b")
+    assert m.max_seq_len == 2048 and positions_note(m, 2048) is None
+    assert "learned position embeddings" in positions_note(m, 8192)
+    est = planner.estimate(m, planner.make_cluster("h100-sxm5-80gb", 8), planner.Job(8192, 64), planner.ParallelConfig(tp=1))
+    assert any("longer than GPT-3 1.3B's 2048 positions" in n for n in est.notes)
+    code, out, err = run_cli(["plan", "--model", "gpt3-1.3b", "--gpus", "8", "--top", "1"])
+    assert code == 0 and "2048 positions" in out
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 1024, "num_hidden_layers": 4,
+           "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 4096, "vocab_size": 32000,
+           "max_position_embeddings": 4096, "rms_norm_eps": 1e-5}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    hf = planner.load_model(str(tmp_path / "config.json"))
+    assert hf.max_seq_len == 4096 and "rotary positions" in positions_note(hf, 8192)
