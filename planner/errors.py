@@ -105,14 +105,14 @@ def suggest(name: str, choices, aliases: dict[str, str] | None = None) -> str:
     spell them.
     """
     choices = [str(c) for c in choices]
-    bare = {c.lstrip("-").lower(): c for c in choices}
+    bare = {c.lstrip("-").lower().replace("_", "-"): c for c in choices}  # file keys (global_batch_size) as flags are spelt
     key = name.lstrip("-").lower().replace("_", "-")
     key = key.split("=", 1)[0]
     table = {**ALIASES, **(aliases or {})}
     for k in (key, key.removeprefix("no-")):
         target = table.get(k)
-        if target is not None and target in bare:
-            return f"did you mean {bare[target]}?"
+        if target is not None and target.replace("_", "-") in bare:
+            return f"did you mean {bare[target.replace('_', '-')]}?"
     close = [c for b, c in bare.items() if b.startswith(key)] if key else []
     if not close and _tokens(key):
         head = _tokens(key)[0]

@@ -81,7 +81,7 @@ def findings(cj: CheckedJob, e: Estimate, one_run: Estimate | None = None) -> li
     step = e.step_time_s
     if p.tp > c.nvlink_domain:
         t = comm.get("tp", {})
-        out.append(Finding("tp-across-nodes", "warning", f"tensor parallelism {p.tp} spans {p.tp // c.nvlink_domain} NVLink domains of "
+        out.append(Finding("tp-across-nodes", "warning", f"tensor parallelism {p.tp} spans {-(-p.tp // c.nvlink_domain)} NVLink domains of "
                            f"{c.nvlink_domain} GPUs: its per-layer collectives cross {t.get('link', 'the network')}",
                            {"tp": p.tp, "nvlink_domain": c.nvlink_domain, "tp_comm_exposed_s": t.get("exposed_s", 0.0),
                             "share_of_step_pct": _pct(t.get("exposed_s", 0.0), step)}))
@@ -213,10 +213,10 @@ def _loss_fusion(cj: CheckedJob, e: Estimate) -> list[Finding]:
 
 def _overlaps(cj: CheckedJob, e: Estimate) -> list[Finding]:
     """Exposed communication an engine switch would hide (priced with the switch on)."""
-    from planner.engines import get_engine  # noqa: PLC0415
+    from planner.engines import get_engine, tp_overlap_why  # noqa: PLC0415
 
     out = []
-    p, eng = cj.parallel, get_engine(cj.engine)
+    p, c, eng = cj.parallel, cj.cluster, get_engine(cj.engine)
     step = e.step_time_s
     dp_exposed = e.time_breakdown_s.get("dp_comm_exposed_s", 0.0)
     tp_exposed = e.time_breakdown_s.get("tp_comm_exposed_s", 0.0)
@@ -227,7 +227,7 @@ def _overlaps(cj: CheckedJob, e: Estimate) -> list[Finding]:
     if not p.overlap_param_gather and eng.overlap_param_gather and p.zero in (1, 2) and p.dp * p.cp > 1:
         tries.append(("overlap_param_gather", {"overlap_param_gather": True, "overlap_grad_reduce": True}, dp_exposed, "data-parallel traffic",
                       "the ZeRO weight all-gather beside the next forward"))
-    if not p.tp_comm_overlap and eng.tp_comm_overlap and p.sequence_parallel and p.tp > 1:
+    if not p.tp_comm_overlap and tp_overlap_why(eng, p.tp, p.sequence_parallel, c.nvlink_domain) is None:
         how = ("parallelism.enable_async_tensor_parallel with compile.enable: each all-gather/reduce-scatter micro-pipelined with its matmul"
                if eng.name == "torchtitan" else "each all-gather/reduce-scatter pipelined with its GEMM")
         tries.append(("tp_comm_overlap", {"tp_comm_overlap": True}, tp_exposed, "tensor-parallel all-gather/reduce-scatter", how))

@@ -635,7 +635,7 @@ def _fsdp_prefetch(d: Draft, p: Parsed, zero: int, cluster) -> None:
     given = {"overlap_grad_reduce": True}
     if p.has("--overlap-param-gather") and zero == 2:  # optim_grads_params forces it whatever the flag
         given["overlap_param_gather"] = True
-    opg = engine_flags(get_engine(d.engine), cluster.gpu, tp, zero, given, pp)["overlap_param_gather"]
+    opg = engine_flags(get_engine(d.engine), cluster.gpu, tp, zero, given, pp, cluster.nvlink_domain)["overlap_param_gather"]
     d.set("parallel.overlap_param_gather", opg, "default", "Megatron-FSDP's own prefetch (megatron_fsdp.py:328-330), as the engine "
           f"profile's ZeRO-{zero} mode prices it")
 
@@ -663,6 +663,10 @@ def _attention(d: Draft, p: Parsed) -> None:
     def by_gpu(dd: Draft, cluster) -> None:
         ok = supports_flash(cluster.gpu)
         where = (_src(p, flag) if flag else "Megatron default --attention-backend auto") + ("" if ok else f" (no flash kernel on {cluster.gpu.id})")
-        dd.set("parallel.attention", "flash" if ok else "unfused", "file" if flag else "default", where)
+        kind = "flash" if ok else "unfused"
+        kernels = get_engine(dd.engine).attention_kernels if dd.engine else ()
+        if ok and kernels and "flash" not in kernels:  # an engine whose flag runs the flash-attn 2 package (the ZB fork)
+            kind = "fa2" if flag and "fa2" in kernels else "unfused"
+        dd.set("parallel.attention", kind, "file" if flag else "default", where)
 
     d.post.append(by_gpu)  # type: ignore[attr-defined]

@@ -49,10 +49,10 @@ def read_megatron_deepspeed(path: Path) -> Draft:
         d.set("parallel.pp", 1, "file", f"{p.line('--no-pipeline-parallel')} --no-pipeline-parallel")
     if p.has("--num-key-value-heads"):
         d.set("model.kv_heads", p.int("--num-key-value-heads"), "file", f"{p.line('--num-key-value-heads')} --num-key-value-heads")
-    if p.has("--use-flash-attn-v2") or p.has("--use-flash-attn-triton") or p.has("--use-flash-attn"):
+    if flag := next((f for f in ("--use-flash-attn-v2", "--use-flash-attn-triton", "--use-flash-attn") if p.has(f)), None):
         d.post = [h for h in d.post if getattr(h, "__name__", "") != "by_gpu"]
-        # the flash-attn 2.x package (or its Triton / v1 forms): FlashAttention-2's kernels, not Hopper's FA3
-        d.set("parallel.attention", "fa2", "file", f"{p.line('--use-flash-attn-v2')} FlashAttention-2")
+        # the flash-attn 2.x package (or its Triton / v1 forms, priced as FA2): FlashAttention-2's kernels, not Hopper's FA3
+        d.set("parallel.attention", "fa2", "file", f"{p.line(flag)} {flag}")
     elif not d.has("parallel.attention") or d.values["parallel.attention"][1].kind == "default":
         d.post = [h for h in d.post if getattr(h, "__name__", "") != "by_gpu"]
         d.set("parallel.attention", "unfused", "default", "Megatron-DeepSpeed: fused softmax unless --use-flash-attn (megatron/arguments.py)")

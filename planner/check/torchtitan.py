@@ -342,7 +342,7 @@ def _parallel(d: Draft, s: TitanSettings, shape: dict, cluster) -> None:
     from planner.engines import engine_flags, get_engine  # noqa: PLC0415
 
     zero = d.get("parallel.zero")
-    opg = engine_flags(get_engine("torchtitan"), cluster.gpu, tp, zero, {"overlap_grad_reduce": True}, pp)["overlap_param_gather"]
+    opg = engine_flags(get_engine("torchtitan"), cluster.gpu, tp, zero, {"overlap_grad_reduce": True}, pp, cluster.nvlink_domain)["overlap_param_gather"]
     d.set("parallel.overlap_param_gather", opg, "default", "FSDP2 prefetches the next block's all-gather (per-layer gathers: "
           "priced by the engine's sharding mode)" if fsdp else "no sharded weights")
     _pipeline(d, s, pp, dp, shape["layers"])

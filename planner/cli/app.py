@@ -85,7 +85,7 @@ def _time_limit(args: list[str]) -> tuple[list[str], float | None]:
 def _partial_plans(best: object) -> list[dict]:
     """The best plans found before a time limit (not proven best), for the planner-error/1
     document of exit 3: rank, resolved parallel configuration, layer split, step time, memory."""
-    return [{"rank": p.rank, "parallel": p.parallel.as_dict(), "layers_per_stage": list(p.estimate.layers_per_stage),
+    return [{"rank": p.rank, "engine": p.estimate.engine, "parallel": p.parallel.as_dict(), "layers_per_stage": list(p.estimate.layers_per_stage),
              "step_time_s": p.estimate.step_time_s, "memory_peak_bytes": p.estimate.memory_peak_bytes}
             for p in getattr(best, "plans", None) or []]
 
@@ -124,18 +124,30 @@ _EXPECTED_BY_ERROR = {"int_parsing": "an integer", "int_from_float": "an integer
                       "bool_parsing": "true or false"}
 
 
-def _bad_value(exc) -> tuple[str, str, str] | None:
+def _bad_value(exc, args: list[str]) -> tuple[str, str, str] | None:
     """(flag, value, expected) of a value typer could not convert (``--gpus abc``), or None
-    when the error is another usage error."""
+    when the error is another usage error. typer >= 0.2x coerces with pydantic (the value and
+    the type are on the ValidationError it raises from); older typer leaves it to click, whose
+    parameter type names the kind and whose value is read back from the command line."""
     param, cause = getattr(exc, "param", None), exc.__cause__
-    if type(exc).__name__ != "BadParameter" or param is None or not hasattr(cause, "errors"):
+    if type(exc).__name__ != "BadParameter" or param is None:
         return None
-    errors = cause.errors()
-    expected = _EXPECTED_BY_ERROR.get(errors[0].get("type", "")) if errors else None
     opts = [o for o in (*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ())) if o.startswith("--")]
-    if expected is None or not opts:
+    if not opts:
         return None
-    return opts[0], str(errors[0].get("input")), expected
+    if hasattr(cause, "errors"):
+        errors = cause.errors()
+        expected = _EXPECTED_BY_ERROR.get(errors[0].get("type", "")) if errors else None
+        return (opts[0], str(errors[0].get("input")), expected) if expected else None
+    expected = {"integer": "an integer", "float": "a number"}.get(getattr(getattr(param, "type", None), "name", ""))
+    names = [*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ())]
+    for i, a in enumerate(args):  # click: the value as given on the command line
+        for o in names:
+            if a == o and i + 1 < len(args):
+                return (opts[0], args[i + 1], expected) if expected else None
+            if o.startswith("--") and a.startswith(o + "="):
+                return (opts[0], a[len(o) + 1:], expected) if expected else None
+    return None
 
 
 def _error_doc(exit_code: int, error: str, **extra) -> None:
@@ -215,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         if "NoArgsIsHelpError" in names:  # a command group called bare: click has printed its help
             return 0
         if "UsageError" in names:
-            bad = _bad_value(exc)
+            bad = _bad_value(exc, args)
             if bad is not None:  # a value of the wrong type: the planner's got/expected wording
                 flag, value, expected = bad
                 message = f"{flag}: got {value!r}, expected {expected}"

@@ -138,6 +138,8 @@ def sweep_cmd(
         raise InputError("--chart", chart, "a file name ending in .svg or .png")
     if chart is not None and Path(chart).exists() and not force:
         raise InputError("--chart", chart, "a file that does not exist yet (or --force)")
+    if chart is not None and not Path(chart).resolve().parent.is_dir():  # before the sweep runs, not after
+        raise InputError("--chart", chart, "a file path inside an existing directory")
     gp_kw = {"ckpt_write_gbs": ckpt, "restart_s": restart, "failure_rate_per_gpu_hour": rate}
     setups = [(n, setup_from_flags(model, gpu, n, gpus_per_node, None, nic_gbps, nics_per_node, network,
                                    seq_len, global_batch_size, precision, None, {}).with_profile(profile)) for n in counts]

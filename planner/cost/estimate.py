@@ -23,7 +23,7 @@ from planner.cost.result import Estimate
 from planner.cost.rules import check_parallel
 from planner.cost.stages import dense_counts, embedding_sync_time, engine_layer_costs, stage_fw, stage_memory, stage_sync, stage_time_parts
 from planner.cost.step import assemble
-from planner.engines import Engine, default_split, fp8_gathers, fp8_recipe, get_engine, resolve, resolve_job
+from planner.engines import Engine, default_split, fp8_gathers, fp8_recipe, get_engine, resolve, resolve_job, tp_overlap_why
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig, positions_note
 
 __all__ = ["Estimate", "estimate", "price"]
@@ -137,7 +137,8 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: Job, par: ParallelConfig,
     if par.tp > cluster.nvlink_domain:
         notes.append(f"tensor parallelism {par.tp} spans {-(-par.tp // cluster.nvlink_domain)} NVLink domains of {cluster.nvlink_domain} GPUs: "
                      f"its collectives cross the {cluster.inter.kind} network (plan keeps tp within a domain unless --allow-tp-across-nodes)"
-                     + ("; the TP communication overlap runs through NVLink peer memory and is off" if not par.tp_comm_overlap and eng.tp_comm_overlap else ""))
+                     + (f"; no TP communication overlap: {why}" if eng.tp_comm_overlap and par.sequence_parallel
+                        and (why := tp_overlap_why(eng, par.tp, True, cluster.nvlink_domain)) else ""))
     notes.append(f"MFU {100 * mfu:.1f}% counts attention over the full s x s square; with causal attention counted causally (what flash attention executes) MFU is {100 * causal_flops / (step * n * peak16):.1f}% ({causal_flops / step / n / 1e12:.0f} TFLOP/s per GPU)")
     if prec == "fp8":
         notes.append(f"fp8: MFU is over the dense BF16 peak; over the FP8 peak it is {100 * model_flops / (step * n * gpu.peak('fp8')):.1f}% (attention, router, output layer stay BF16)")

@@ -4,9 +4,9 @@ divisibility rules every engine shares (each written once, here) and the engine'
 
 from __future__ import annotations
 
-from planner.engines import Engine, check_engine, cp_attention_why
+from planner.engines import Engine, check_engine, cp_attention_why, supports_flash, tp_overlap_why
 from planner.errors import InputError
-from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
+from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig, is_flash
 
 __all__ = ["tp_ok", "tp_rule", "check_precision", "check_parallel"]
 
@@ -63,4 +63,8 @@ def check_parallel(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parall
         raise InputError("parallel.etp", par.etp, f"a divisor of tp ({par.tp})")
     if par.cp > 1 and (why := cp_attention_why(engine, par.attention, cluster.gpu)) is not None:
         raise InputError("parallel.cp", par.cp, f"1 on {engine.name} {why}")
+    if par.tp_comm_overlap and par.tp > cluster.nvlink_domain:
+        raise InputError("parallel.tp_comm_overlap", True, f"false: {tp_overlap_why(engine, par.tp, True, cluster.nvlink_domain)}")
+    if is_flash(par.attention) and not supports_flash(cluster.gpu):
+        raise InputError("parallel.attention", par.attention, f"unfused on {cluster.gpu.id} (no flash-attention kernel: FlashAttention needs Ampere or newer)")
     check_engine(model, job, par, engine, lps)

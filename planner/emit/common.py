@@ -19,12 +19,13 @@ from pathlib import Path
 
 from planner.errors import InputError
 from planner.cost.rules import tp_rule
-from planner.engines import Engine, check_engine, get_engine, resolve
+from planner.engines import Engine, check_engine, get_engine, resolve, tp_overlap_why
 from planner.io.loaders import make_cluster, model_from_dict
-from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig, job_options
+from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig, is_flash, job_options
 from planner.units import gib
 
 __all__ = [
+    "attention_note",
     "PLAN_SCHEMA",
     "PLANNER_VERSION",
     "PlanView",
@@ -269,6 +270,26 @@ _FLAG_FIELDS = ("sequence_parallel", "attention", "tp_comm_overlap", "async_tp_a
                 "overlap_param_gather")
 
 
+# How each engine is told to run FlashAttention-2's kernels (ParallelConfig.attention "fa2"), for the
+# launch files' notes: none of the emitted files can pin the kernel by themselves.
+_FA2_HOW = {
+    "megatron-deepspeed": "pass --use-flash-attn-v2 in TRAIN_ARGS (without it Megatron-DeepSpeed runs its fused softmax "
+                          "over the full s x s square, far slower and larger)",
+    "megatron-core": "Transformer Engine picks cuDNN or FA3 on Hopper by default (--attention-backend auto), faster than priced; "
+                     "--attention-backend flash with the flash-attn 2 package (and no flash-attn 3) runs FA2",
+    "torchtitan": "torchtitan 0.2.x puts cuDNN first in SDPA (faster than priced); 0.3.0's FlexAttention is FA2-class",
+    "deepspeed": "the model's attention must run FlashAttention-2 (Hugging Face attn_implementation='flash_attention_2', or "
+                 "SDPA's flash backend)",
+}
+
+
+def attention_note(v: PlanView, engine: str) -> str | None:
+    """The launch files' note on a plan priced with FlashAttention-2's kernels (None otherwise)."""
+    if v.parallel.attention != "fa2":
+        return None
+    return f"The plan prices FlashAttention-2's attention kernels: {_FA2_HOW.get(engine, 'run FlashAttention-2')}."
+
+
 def for_engine(v: PlanView, name: str) -> tuple[PlanView, list[str]]:
     """The plan as engine ``name`` runs it, and the notes on what differs from the prediction.
 
@@ -287,10 +308,12 @@ def for_engine(v: PlanView, name: str) -> tuple[PlanView, list[str]]:
         if par.tp > 1 and not par.sequence_parallel and not target.sequence_parallel_optional:
             ch["sequence_parallel"] = True
         if par.attention and target.attention_kernels and par.attention not in target.attention_kernels:
-            ch["attention"] = "unfused"
+            # a flash plan on an engine that runs only FlashAttention-2 (Megatron-DeepSpeed --use-flash-attn-v2) keeps FA2
+            ch["attention"] = "fa2" if is_flash(par.attention) and "fa2" in target.attention_kernels else "unfused"
         sp = ch.get("sequence_parallel", par.sequence_parallel)
         # an overlap the target runs only on request (torchtitan's async TP, which needs torch.compile) does not carry over
-        tpo = target.tp_comm_overlap and sp and target.tp_comm_overlap_default is not False
+        domain = v.cluster.nvlink_domain if v.cluster is not None else par.tp  # no cluster in the document: taken as inside one domain
+        tpo = tp_overlap_why(target, par.tp, sp, domain) is None and target.tp_comm_overlap_default is not False
         for key, has in (("tp_comm_overlap", tpo), ("async_tp_allreduce", target.async_tp_allreduce),
                          ("overlap_grad_reduce", target.overlap_grad_reduce), ("overlap_param_gather", target.overlap_param_gather)):
             if getattr(par, key) and not has:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 
 from planner.cost.memory import grad_dtype
-from planner.emit.common import LaunchSpec, PlanView, comment, for_engine, provenance_lines
+from planner.emit.common import LaunchSpec, PlanView, attention_note, comment, for_engine, provenance_lines
 from planner.errors import InputError
 
 __all__ = ["DEEPSPEED_TARGET", "DS_CONFIG", "deepspeed_engine", "deepspeed_view", "deepspeed_config", "deepspeed_launch_spec",
@@ -162,6 +162,8 @@ def deepspeed_notes(v: PlanView) -> list[str]:
                      "(DeepSpeed's default 'parameters' balances parameter counts, which gives the embedding's stage fewer layers).")
     if p.recompute != "none":
         notes.append("activation_checkpointing only configures deepspeed.checkpointing: the model must call it.")
+    if (note := attention_note(v, eng)) is not None:
+        notes.append(note)
     if v.job.precision == "fp8":
         notes.append("fp8: DeepSpeed's JSON has no FP8 switch; the config runs bf16, FP8 needs Transformer Engine layers in the model.")
     dp = p.dp * p.cp > 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from planner.cost.memory import grad_dtype
 from planner.cost.memory import has_dropout
-from planner.emit.common import LaunchSpec, PlanView, chunk_sizes, comment, for_engine, provenance_lines, render_torchrun
+from planner.emit.common import LaunchSpec, PlanView, attention_note, chunk_sizes, comment, for_engine, provenance_lines, render_torchrun
 from planner.engines import fp8_gathers, fp8_recipe, get_engine
 from planner.errors import InputError
 
@@ -318,6 +318,8 @@ def megatron_notes(v: PlanView) -> list[str]:
     ]
     if m.position_embedding == "rope" and m.rope_theta is None:
         out.append("The model records no rotary base: Megatron's default --rotary-base 10000 applies.")
+    if (note := attention_note(v, "megatron-core")) is not None:
+        out.append(note)
     if m.moe is not None:
         router = "the published DeepSeek-V3 router" if v.model_id in _ROUTERS else "softmax top-k with aux_loss 1e-2"
         out.append(f"MoE router: {router} (the plan does not record the router; edit the --moe-router-* flags for yours).")

@@ -24,7 +24,7 @@ import tomllib
 import tomli_w
 
 from planner.engines import fp8_gathers, fp8_recipe, get_engine
-from planner.emit.common import LaunchSpec, PlanView, chunk_sizes, comment, for_engine, provenance_lines, render_torchrun
+from planner.emit.common import LaunchSpec, PlanView, attention_note, chunk_sizes, comment, for_engine, provenance_lines, render_torchrun
 from planner.emit.titan_flavors import VERSIONS, Flavor, match_flavor
 from planner.errors import InputError
 
@@ -206,6 +206,8 @@ def torchtitan_notes(v: PlanView) -> list[str]:
         "--assets tokenizer --hf_token <token>.",
         "Dry run without GPUs: NGPU=<world> COMM_MODE=fake_backend ./run_train.sh (torchtitan repo).",
     ]
+    if (note := attention_note(v, "torchtitan")) is not None:
+        notes.append(note)
     if v.job.grad_reduce == "bf16":
         notes.append("The prediction reduces gradients in bf16; torchtitan's FSDP reduces in float32 only "
                      "(training.mixed_precision_reduce), so expect twice the gradient traffic.")

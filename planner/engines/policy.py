@@ -99,24 +99,36 @@ def cp_attention_why(engine: Engine, attention: str | None, gpu: GpuSpec | None 
     return None
 
 
-def engine_flags(engine: Engine, gpu: GpuSpec, tp: int, zero: int, given: dict | None = None, pp: int = 1,
-                 nvlink_domain: int | None = None) -> dict:
+def tp_overlap_why(engine: Engine, tp: int, sp: bool, nvlink_domain: int) -> str | None:
+    """Why the TP communication overlap cannot run for tensor degree ``tp`` (None: it can).
+    Transformer Engine's userbuffers (Megatron-core --tp-comm-overlap) and torch's symmetric
+    memory (torchtitan's async TP) exchange through NVLink peer memory (TE initialize_ub lays the
+    buffers out per "TP domain"), and both pipeline sequence-parallel all-gathers/reduce-scatters."""
+    if not engine.tp_comm_overlap:
+        return f"{engine.name} has no TP communication overlap"
+    if tp <= 1 or not sp:
+        return "it pipelines the sequence-parallel all-gathers and reduce-scatters: tensor and sequence parallelism"
+    if tp > nvlink_domain:
+        return (f"tensor parallelism {tp} is wider than the NVLink domain ({nvlink_domain} GPUs) and its buffers live in "
+                "NVLink peer memory")
+    return None
+
+
+def engine_flags(engine: Engine, gpu: GpuSpec, tp: int, zero: int, given: dict | None, pp: int,
+                 nvlink_domain: int) -> dict:
     """The engine-decided fields for tensor degree ``tp`` and ZeRO stage ``zero``: sequence
     parallelism, attention kernel, the TP and data-parallel overlaps. ``given`` holds values the
     user set (kept as they are, except sequence parallelism without tensor parallelism, which is
     off: Megatron-LM's validate_args turns it off, arguments.py "Disabling sequence parallelism
     because tensor model parallelism is disabled"; the others follow from them).
-    ``nvlink_domain``: the GPUs one scale-up domain holds (ClusterSpec.nvlink_domain). The TP
-    communication overlap exchanges through NVLink peer memory (Transformer Engine's userbuffers:
-    initialize_ub lays them out per "TP domain"; torch symmetric memory for torchtitan's async TP),
-    so a tensor-parallel group wider than the domain runs without it unless the user set it."""
+    ``nvlink_domain``: the GPUs one scale-up domain holds (ClusterSpec.nvlink_domain): the TP
+    communication overlap is on by default only where it can run (:func:`tp_overlap_why`)."""
     g = {k: v for k, v in (given or {}).items() if v is not None}
     sp = bool(g.get("sequence_parallel", engine.sequence_parallel) and tp > 1)
-    in_domain = nvlink_domain is None or tp <= nvlink_domain
     out = {"sequence_parallel": sp,
            "attention": attention_kernel(engine, gpu, g.get("attention")),
-           "tp_comm_overlap": g.get("tp_comm_overlap", bool(engine.tp_comm_overlap and sp and tp > 1 and in_domain
-                                                             and engine.tp_comm_overlap_default is not False)),
+           "tp_comm_overlap": g.get("tp_comm_overlap", tp_overlap_why(engine, tp, sp, nvlink_domain) is None
+                                    and engine.tp_comm_overlap_default is not False),
            "async_tp_allreduce": g.get("async_tp_allreduce", engine.async_tp_allreduce),
            "overlap_grad_reduce": g.get("overlap_grad_reduce", engine.overlap_grad_reduce)}
     if "overlap_grad_reduce" not in g and zero in engine.zero_stages and engine.mode(zero, pp).overlap_grad_reduce is False:

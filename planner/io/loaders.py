@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from planner.cost.constants import LINK_DEFAULTS, NCCL_CALL_LATENCY_S
-from planner.errors import InputError
+from planner.errors import InputError, suggest
 from planner.io.presets import read_preset
 from planner.io import schema as V
 from planner.search.hetero import GpuGroup, HeteroCluster
@@ -353,7 +353,9 @@ def load_runs(path: str | Path) -> list[Run]:
     data = read_mapping(path)
     for key in data:
         if key not in _RUNS_FILE_KEYS:
-            raise InputError(f"{path}.{key}", data[key], "a planner-runs/1 top-level field (" + ", ".join(sorted(_RUNS_FILE_KEYS)) + ")")
+            hint = suggest(str(key), sorted(_RUNS_FILE_KEYS))
+            raise InputError(f"{path}.{key}", str(key), "a planner-runs/1 top-level field" + (f" ({hint})" if hint else "")
+                             + ": one of " + ", ".join(sorted(_RUNS_FILE_KEYS)))
     if data.get("schema") != "planner-runs/1":
         raise InputError(f"{path}.schema", data.get("schema"), "'planner-runs/1'")
     runs = data.get("runs")

@@ -193,7 +193,7 @@ def check_mapping(data: object, schema: Schema, where: str) -> None:
         if key not in keys:
             known = sorted(k for k, v in keys.items() if v != "any")
             hint = suggest(str(key), known, HF_KEY_ALIASES)
-            raise InputError(f"{where}.{key}", data[key], f"a known field instead of {str(key)!r}{f' ({hint})' if hint else ''}, one of {', '.join(known)}")
+            raise InputError(f"{where}.{key}", str(key), f"a known field name{f' ({hint})' if hint else ''}, one of {', '.join(known)}")
     for raw, kind in schema.items():
         key = raw.lstrip("!")
         if key not in data:

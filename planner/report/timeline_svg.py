@@ -85,11 +85,13 @@ def write_bytes_atomic(data: bytes, path: str | os.PathLike[str], *, force: bool
             try:  # link() fails if the target appeared meanwhile: no silent overwrite
                 os.link(tmp, target)
             except FileExistsError:
-                raise InputError("path", str(target), "a path that does not exist yet (or force=True)") from None
+                raise InputError("path", str(target), "a path that does not exist yet (or force=True)", flag=flag) from None
             except OSError:  # filesystem without hard links
                 if target.exists():
-                    raise InputError("path", str(target), "a path that does not exist yet (or force=True)") from None
+                    raise InputError("path", str(target), "a path that does not exist yet (or force=True)", flag=flag) from None
                 os.replace(tmp, target)
+    except OSError as exc:  # a full disk, a quota: the user's folder, not a bug
+        raise InputError("path", str(target), f"a file path in a folder that can be written ({exc.strerror or exc})", flag=flag) from exc
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

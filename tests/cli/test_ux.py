@@ -214,6 +214,16 @@ def test_json_outputs_match_the_shipped_schemas(capsys, tmp_path):
     doc = json.loads(out)
     assert doc["schema"] == "planner-estimate/1"
     _validator("estimate").validate(doc)
+    # every attention kernel the planner prices is one the schemas allow
+    from planner.specs import ATTENTION_KINDS  # noqa: PLC0415
+
+    for name in ("plan", "estimate"):
+        from planner.cli.schema import schema_text  # noqa: PLC0415
+
+        assert set(json.loads(schema_text(name))["$defs"]["parallel"]["properties"]["attention"]["enum"]) == set(ATTENTION_KINDS), name
+    code, out, err = run(capsys, "estimate", *SMALL, "--tp", "2", "--attention", "fa2", "--json")
+    assert code == 0, err
+    _validator("estimate").validate(json.loads(out))
     code, out, err = run(capsys, "validate", str(_runs_file(tmp_path)), "--json")
     assert code == 0, err
     assert err == ""  # no progress bar without a terminal
@@ -504,3 +514,21 @@ def test_an_output_path_that_cannot_be_written_is_bad_input_not_a_bug(capsys, tm
         assert code == 2, (argv, err)
         assert err.startswith(f"error: {flag}: got ") and err.count("\n") == 1, (argv, err)
     assert not list(tmp_path.glob("**/.*.tmp"))  # nothing half-written left behind
+
+
+def test_a_wrong_type_reads_the_same_from_click_without_pydantic():
+    """Older typer leaves conversion to click (no pydantic ValidationError behind the error): the
+    parameter's type names the kind and the value is read back from the command line."""
+    from planner.cli.app import _bad_value
+
+    class _Type:
+        name = "integer"
+
+    class _Param:
+        opts, secondary_opts, type = ["--gpus", "-n"], [], _Type()
+
+    BadParameter = type("BadParameter", (Exception,), {})
+    exc = BadParameter("'abc' is not a valid integer.")
+    exc.param = _Param()
+    assert _bad_value(exc, ["plan", "-n", "abc"]) == ("--gpus", "abc", "an integer")
+    assert _bad_value(exc, ["plan", "--gpus=7x"]) == ("--gpus", "7x", "an integer")

@@ -278,6 +278,7 @@ def test_time_limit_with_json_writes_an_error_document_with_the_plans_so_far(mon
     doc = json.loads(out)
     assert doc["schema"] == "planner-error/1" and doc["exit_code"] == 3 and "time limit" in doc["error"]
     assert doc["plans"] and doc["plans"][0]["rank"] == 1 and doc["plans"][0]["step_time_s"] > 0
+    assert doc["plans"][0]["engine"] == "megatron-core"
     assert doc["plans"][0]["parallel"]["tp"] * doc["plans"][0]["parallel"]["pp"] * doc["plans"][0]["parallel"]["dp"] \
         * doc["plans"][0]["parallel"]["cp"] == 64
 
@@ -294,7 +295,7 @@ def test_unknown_model_key_names_itself_and_the_field_meant(tmp_path, key, hint)
     path.write_text("".join(f"{k}: {v}\n" for k, v in fields.items()))
     code, out, err = run_cli(["estimate", "--model", str(path), "--gpus", "8"])
     assert code == 2 and len(err.splitlines()) == 1
-    assert f"m.yaml.{key}: got" in err and f"instead of {key!r} (did you mean {hint}?)" in err, err
+    assert f"m.yaml.{key}: got {key!r}, expected a known field name (did you mean {hint}?)" in err, err
 
 
 def test_a_sequence_beyond_the_models_positions_is_priced_with_a_note(tmp_path):

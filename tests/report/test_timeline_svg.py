@@ -155,3 +155,18 @@ def test_png_of_a_summarised_schedule(tmp_path: Path) -> None:
     sched = simulate_schedule(8, 3, 120, "interleaved", 1.0, 2.0, p2p_s=0.01)
     out = write_png(sched, tmp_path / "long.png")
     assert out.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_write_svg_on_a_full_disk_is_bad_input_and_leaves_nothing(tmp_path: Path, monkeypatch) -> None:
+    """An OS failure while writing (ENOSPC at fsync) is the user's folder, not a bug: InputError
+    naming --out with the OS reason, the temporary removed."""
+    import os
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(InputError) as exc:
+        write_svg(_plan(), tmp_path / "t.svg")
+    assert exc.value.flag == "--out" and "No space left on device" in str(exc.value)
+    assert list(tmp_path.iterdir()) == []

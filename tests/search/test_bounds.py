@@ -57,7 +57,7 @@ def test_step_lower_bound_never_exceeds_the_estimate(seed, engine):
         tp, pp, dp, cp, ep, v, mb, rec, z, sched = t
         graph = ("none", "layer", "full_iteration")[seed % 3] if engine is None else "none"
         par = to_parallel(t, {"cuda_graph": graph})
-        f = engine_flags(eng, cluster.gpu, tp, z, None, pp)
+        f = engine_flags(eng, cluster.gpu, tp, z, None, pp, cluster.nvlink_domain)
         p2p = p2p_per_stage(model, cluster, job, (tp, cp, dp, pp, mb, v), C, eng.overlap_p2p_comm) if pp > 1 else 0.0
         lk = (tp, cp, ep, mb, rec, f["sequence_parallel"], f["tp_comm_overlap"], f["async_tp_allreduce"], f["attention"],
               default_etp(tp, dp, cp, ep), a2a_overlap_why(eng, model, ep, rec, pp, v, sched) is None, "alltoall", graph)
@@ -129,7 +129,7 @@ def test_memory_bound_never_prunes_a_split_that_fits(seed, engine):
         tp, pp, dp, cp, ep, v, mb, rec, z, sched = t
         graph = ("none", "layer", "full_iteration")[seed % 3] if engine is None else "none"
         par = to_parallel(t, {"cuda_graph": graph})
-        f = engine_flags(eng, cluster.gpu, tp, z, None, pp)
+        f = engine_flags(eng, cluster.gpu, tp, z, None, pp, cluster.nvlink_domain)
         ok = may_fit(tp, pp, dp, cp, ep, v, mb, rec, z, sched, f["sequence_parallel"], f["attention"] == "flash", split_unit(v, eng))
         splits = [None] if pp == 1 else [s for s in _splits(model.layers, pp, 1, split_unit(v, eng))
                                          if all(n_ >= least_layers(i, pp, v, eng) for i, n_ in enumerate(s))]

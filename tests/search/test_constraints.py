@@ -217,7 +217,7 @@ def test_tp_communication_overlap_stays_inside_one_nvlink_domain():
     """Transformer Engine's userbuffers (and torch symmetric memory for torchtitan's async TP)
     exchange through NVLink peer memory: a tensor-parallel group wider than the NVLink domain
     resolves without the overlap (its collectives priced exposed over the network), with a note;
-    inside the domain the engine's default stays on. A user's explicit setting is kept."""
+    inside the domain the engine's default stays on; set explicitly across domains, it is refused."""
     from planner.specs import ParallelConfig  # noqa: PLC0415
 
     model, job = load_model("llama3.1-70b"), Job(8192, 64)
@@ -227,7 +227,9 @@ def test_tp_communication_overlap_stays_inside_one_nvlink_domain():
     assert inside.parallel.tp_comm_overlap is True and across.parallel.tp_comm_overlap is False
     assert any("spans 2 NVLink domains" in n and "overlap" in n for n in across.notes)
     assert not any("NVLink domains" in n for n in inside.notes)
-    kept = estimate(model, cluster, job, ParallelConfig(tp=16, pp=1, micro_batch_size=1, tp_comm_overlap=True))
-    assert kept.parallel.tp_comm_overlap is True
+    from planner.errors import InputError  # noqa: PLC0415
+
+    with pytest.raises(InputError, match="parallel.tp_comm_overlap: got True, expected false: tensor parallelism 16 is wider than the NVLink domain"):
+        estimate(model, cluster, job, ParallelConfig(tp=16, pp=1, micro_batch_size=1, tp_comm_overlap=True))
     gb200 = make_cluster("gb200", 64)  # a 72-GPU NVLink domain: tp 16 is inside it
     assert estimate(model, gb200, job, ParallelConfig(tp=16, pp=1, micro_batch_size=1)).parallel.tp_comm_overlap is True
