@@ -293,11 +293,9 @@ def load_cluster(name_or_path: str, num_gpus: int | None = None) -> ClusterSpec:
 
 _RUNS_FILE_KEYS = {"schema", "runs", "note", "notes", "description", "source", "sources"}
 _RUN_KEYS = {"id", "source", "model", "job", "hardware", "parallel", "measured", "notes"}
-_PARALLEL_KEYS = {
-    "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "sequence_parallel",
-    "zero", "schedule", "num_microbatches", "layers_per_stage", "zero_shard_degree",
-    "etp", "moe_a2a_overlap", "moe_dispatcher", "cuda_graph",  # the planner's extensions of planner-runs/1 (a user's own runs may state them)
-}
+# planner-runs/1's parallel fields and the planner's extensions a user's own runs may state
+# (etp, the overlaps, the dispatcher, CUDA graphs, the attention kernel): the schema's keys
+_PARALLEL_KEYS = set(V.PARALLEL_SCHEMA)
 _MEASURED_KEYS = {"step_time_s", "basis", "tflops_per_gpu_reported", "mfu_reported_pct", "memory_peak_bytes", "memory_metric"}
 
 

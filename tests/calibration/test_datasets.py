@@ -183,9 +183,10 @@ def test_a_users_runs_file_may_state_etp_and_the_overlap(tmp_path):
            "job": {"seq_len": 2048, "global_batch_size": 64, "precision": "bf16"},
            "hardware": {"gpu": "h100-sxm5-80gb", "num_gpus": 16, "gpus_per_node": 8},
            "parallel": {"tp": 2, "pp": 1, "dp": 8, "cp": 1, "ep": 8, "vpp": 1, "micro_batch_size": 1, "recompute": "none",
-                        "zero": 1, "etp": 1, "moe_a2a_overlap": False},
+                        "zero": 1, "etp": 1, "moe_a2a_overlap": False, "attention": "fa2", "tp_comm_overlap": False},
            "measured": {"step_time_s": 1.0, "basis": "synthetic"}}
     f = tmp_path / "runs.json"
     f.write_text(json.dumps({"schema": "planner-runs/1", "runs": [row]}))
     res, refused = validate_runs(load_runs(f), median=False)
     assert not refused and res[0].parallel.etp == 1 and res[0].parallel.moe_a2a_overlap is False
+    assert res[0].parallel.attention == "fa2" and res[0].parallel.tp_comm_overlap is False
