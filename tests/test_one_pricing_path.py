@@ -71,9 +71,12 @@ CLI_FLAGS = {"tp": "--tp", "pp": "--pp", "dp": "--dp", "cp": "--cp", "ep": "--ep
 
 def _cases() -> list:
     rng = random.Random(SEED)
+    fa2 = random.Random(SEED + 1)  # its own stream: the draws above stay the same
     out = []
     for _ in range(N):
         engine, model, cluster, job, cand = _draw(rng)
+        if cand.attention == "flash" and "fa2" in get_engine(engine).attention_kernels and fa2.random() < 0.2:
+            cand = cand.replace(attention="fa2")  # FlashAttention-2's kernels: never the default, so always given
         # Partly fixed: each engine-decided field is given (as the engine would resolve it, or
         # the candidate's value) or left None; the CLI-expressible ones are passed as flags.
         keep = {f: rng.random() < 0.5 for f in ENGINE_ONLY}
@@ -81,6 +84,8 @@ def _cases() -> list:
             keep["sequence_parallel"] = False
         if cand.schedule not in ("1f1b", "interleaved"):
             keep["schedule"] = True  # the engine's default would be another schedule (1F1B / interleaved)
+        if cand.attention == "fa2":
+            keep["attention"] = True
         par = cand.replace(**{f: (getattr(cand, f) if keep[f] else None) for f in ENGINE_ONLY}, layers_per_stage=None)
         out.append((engine, model, cluster, job, par))
     return out
@@ -131,6 +136,8 @@ def _validate(tmp_path, engine, model, cluster, job, par, lps):
     block["layers_per_stage"] = list(lps)
     if par.schedule is not None:
         block["schedule"] = par.schedule
+    if par.attention is not None:
+        block["attention"] = par.attention
     run = run_from_dict({"id": "r", "model": mdict, "job": {"seq_len": job.seq_len, "global_batch_size": job.global_batch_size,
                                                             "precision": job.precision},
                          "hardware": {"gpu": cluster.gpu.id, "num_gpus": cluster.num_gpus}, "parallel": block})
@@ -163,6 +170,7 @@ def test_the_cases_cover_engines_moe_and_partly_fixed_fields():
     assert sum(any(getattr(c[4], f) is None for f in ENGINE_ONLY) for c in CASES) >= 100
     assert sum(all(getattr(c[4], f) is not None for f in ENGINE_ONLY) for c in CASES) >= 1
     assert sum(c[4].pp > 1 for c in CASES) >= 50 and sum(c[4].zero >= 2 for c in CASES) >= 20
+    assert sum(c[4].attention == "fa2" for c in CASES) >= 10
 
 
 @pytest.mark.parametrize("chunk", range(11))
