@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 
 from planner.check.job import Draft
-from planner.engines import supports_flash
+from planner.engines import attention_kernel, get_engine, supports_flash
 from planner.errors import InputError
 
 __all__ = ["read_deepspeed_json", "is_deepspeed_json", "DS_KEYS"]
@@ -211,4 +211,5 @@ def _attention(d: Draft, cluster) -> None:
     if d.engine == "megatron-deepspeed":
         d.set("parallel.attention", "unfused", "default", "Megatron-DeepSpeed: fused softmax unless --use-flash-attn")
     else:
-        d.set("parallel.attention", "flash" if ok else "unfused", "default", "the model's SDPA/flash attention")
+        d.set("parallel.attention", attention_kernel(get_engine(d.engine), cluster.gpu), "default",
+              "the model's SDPA / flash-attn 2 attention (FlashAttention-2's kernels)" if ok else "no flash kernel on the GPU")

@@ -32,7 +32,9 @@ def _yes(b: bool) -> str:
 
 def _flash(e) -> str:
     """Flash attention: by default, FlashAttention-2 on a flag (--use-flash-attn-v2), or none."""
-    return "yes" if e.flash_attention else ("FA2 on a flag" if "fa2" in e.attention_kernels else "-")
+    if e.flash_attention:
+        return "yes" if e.flash_kernel == "flash" else "FA2 (SDPA)"
+    return "FA2 on a flag" if "fa2" in e.attention_kernels else "-"
 
 
 def feature_row(e) -> tuple[str, ...]:

@@ -86,8 +86,9 @@ def interleaving_ok(lps: tuple[int, ...], vpp: int, engine: Engine) -> bool:
 
 
 def attention_kernel(engine: Engine, gpu: GpuSpec, given: str | None = None) -> str:
-    """The attention kernel: ``given`` (the user's), else flash where the engine and the GPU have it."""
-    return given or ("flash" if engine.flash_attention and supports_flash(gpu) else "unfused")
+    """The attention kernel: ``given`` (the user's), else the engine's flash kernel (Engine.flash_kernel)
+    where the engine and the GPU have flash attention, else unfused."""
+    return given or (engine.flash_kernel if engine.flash_attention and supports_flash(gpu) else "unfused")
 
 
 def cp_attention_why(engine: Engine, attention: str | None, gpu: GpuSpec | None = None) -> str | None:

@@ -175,6 +175,10 @@ class Engine:
     # (flash where flash_attention, else unfused) and, where a flag selects it, FlashAttention-2's
     # (Megatron-DeepSpeed --use-flash-attn-v2; SDPA's flash backend); an empty tuple: every kind
     attention_kernels: tuple[str, ...] = ()
+    # the kernel the engine's flash path runs by default where the GPU has flash attention: "flash"
+    # (the generation's best, cuDNN/FA3 on Hopper) or "fa2" (PyTorch SDPA's fixed priority puts its
+    # FlashAttention-2 backend first: Hugging Face models under DeepSpeed)
+    flash_kernel: str = "flash"
     precisions: tuple[str, ...] = ("fp16", "bf16", "fp8")  # the training precisions the engine runs
     # whether its launch files can set an uneven layer split (False: the engine partitions the
     # layers itself, so plans keep its default split; DeepSpeed's PipelineModule partition_method)
@@ -321,6 +325,7 @@ def _from_dict(d: dict, where: str) -> Engine:
         cuda_graphs=bool(feats.get("cuda_graphs", False)),
         cp_needs_flash=bool(feats.get("cp_needs_flash", False)),
         attention_kernels=_attention_kernels(feats, where),
+        flash_kernel=_flash_kernel(feats, where),
         custom_split=bool(feats.get("custom_split", True)),
         precisions=tuple(feats["precisions"]) if feats.get("precisions") is not None else ("fp16", "bf16", "fp8"),
         mtp=bool(feats.get("mtp", False)),
@@ -342,6 +347,14 @@ def _attention_kernels(feats: dict, where: str) -> tuple[str, ...]:
         if k not in ATTENTION_KINDS:
             raise InputError(f"{where}.features.attention_kernels", k, "one of " + ", ".join(ATTENTION_KINDS))
     return tuple(kinds)
+
+
+def _flash_kernel(feats: dict, where: str) -> str:
+    """``features.flash_kernel``: flash (default) or fa2."""
+    k = feats.get("flash_kernel", "flash")
+    if k not in ("flash", "fa2"):
+        raise InputError(f"{where}.features.flash_kernel", k, "flash or fa2")
+    return k
 
 
 def _loss(block: dict | None, where: str) -> dict:
