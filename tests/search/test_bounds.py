@@ -19,7 +19,7 @@ from planner.search.milp import INF, Program, highs_available
 from planner.cost.step import pipeline_form
 from planner.search.space import SearchOptions, candidate_tuples, to_parallel
 from planner.search.split import StageAffine, chunk_bounds, split_unit
-from planner.specs import Job, ModelSpec, MoESpec
+from planner.specs import Job, ModelSpec, MoESpec, is_flash
 
 from split_enumeration import unit_splits  # noqa: E402
 
@@ -130,7 +130,7 @@ def test_memory_bound_never_prunes_a_split_that_fits(seed, engine):
         graph = ("none", "layer", "full_iteration")[seed % 3] if engine is None else "none"
         par = to_parallel(t, {"cuda_graph": graph})
         f = engine_flags(eng, cluster.gpu, tp, z, None, pp, cluster.nvlink_domain)
-        ok = may_fit(tp, pp, dp, cp, ep, v, mb, rec, z, sched, f["sequence_parallel"], f["attention"] == "flash", split_unit(v, eng))
+        ok = may_fit(tp, pp, dp, cp, ep, v, mb, rec, z, sched, f["sequence_parallel"], is_flash(f["attention"]), split_unit(v, eng))
         splits = [None] if pp == 1 else [s for s in _splits(model.layers, pp, 1, split_unit(v, eng))
                                          if all(n_ >= least_layers(i, pp, v, eng) for i, n_ in enumerate(s))]
         fits = False
