@@ -24,7 +24,7 @@ from importlib import resources
 import yaml
 
 from planner.errors import InputError, suggest
-from planner.specs import ATTENTION_KINDS, ModelSpec
+from planner.specs import ATTENTION_KINDS, FLASH_KINDS, ModelSpec
 
 __all__ = ["Sharding", "MemoryProfile", "Engine", "ENGINE_NAMES", "DEFAULT_ENGINE", "AUTO", "AUTO_ENGINES", "get_engine", "engine_names", "has_dropout"]
 
@@ -352,8 +352,8 @@ def _attention_kernels(feats: dict, where: str) -> tuple[str, ...]:
 def _flash_kernel(feats: dict, where: str) -> str:
     """``features.flash_kernel``: flash (default) or fa2."""
     k = feats.get("flash_kernel", "flash")
-    if k not in ("flash", "fa2"):
-        raise InputError(f"{where}.features.flash_kernel", k, "flash or fa2")
+    if k not in FLASH_KINDS:
+        raise InputError(f"{where}.features.flash_kernel", k, " or ".join(FLASH_KINDS))
     return k
 
 

@@ -12,7 +12,7 @@ import math
 from typing import Any, Callable
 
 from planner.errors import InputError, suggest
-from planner.specs import CROSS_ENTROPY, FP8_RECIPES
+from planner.specs import ATTENTION_KINDS, CROSS_ENTROPY, FP8_RECIPES
 
 __all__ = [
     "MODEL_SCHEMA",
@@ -132,7 +132,7 @@ PARALLEL_SCHEMA: Schema = {
     "schedule": SCHEDULE, "num_microbatches": "int+?", "layers_per_stage": INT_LIST, "zero_shard_degree": "int+?",
     "etp": "int+?", "moe_a2a_overlap": "bool?", "moe_dispatcher": _choice("alltoall", "deepep", "hybridep"),
     "cuda_graph": _choice("none", "layer", "full_iteration"),  # the planner's extensions (a user's own runs may state them)
-    "attention": _choice("flash", "fa2", "unfused"), "tp_comm_overlap": "bool?",
+    "attention": _choice(*ATTENTION_KINDS), "tp_comm_overlap": "bool?",
 }
 MEASURED_SCHEMA: Schema = {
     "step_time_s": "num+?", "basis": "any", "tflops_per_gpu_reported": "num+?", "mfu_reported_pct": "num+?",

@@ -41,7 +41,7 @@ from planner.cost.constants import DEFAULT_CONSTANTS, Constants
 from planner.cost.rules import check_parallel, tp_ok
 from planner.cost.stages import dense_counts, embedding_sync_time, engine_layer_costs, stage_memory, stage_sync, stage_time_parts
 from planner.cost.step import assemble, pipeline_form
-from planner.engines import Engine, default_split, fp8_gathers, get_engine, resolve, resolve_job
+from planner.engines import Engine, default_split, fp8_gathers, get_engine, resolve, resolve_job, supports_flash
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
 from planner.search.bounds import states_bound_fn
 from planner.search.milp import INF, Program, SolveStats
@@ -118,8 +118,12 @@ def _setup(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelConfig, e
 
 
 def _on(par: ParallelConfig, cluster: ClusterSpec, model: ModelSpec, job: Job, engine: Engine) -> ParallelConfig:
-    """``par`` with the attention kernel resolved for this group's GPU (unless fixed)."""
-    return par if par.attention in ("unfused", "fa2") else resolve(par.replace(attention=None), model, cluster, job, engine)[0]
+    """``par`` with the attention kernel resolved for this group's GPU: unfused stays; a flash kernel
+    is the group's (a GPU without flash attention runs unfused), FlashAttention-2 kept where it runs."""
+    if par.attention == "unfused":
+        return par
+    res = resolve(par.replace(attention=None), model, cluster, job, engine)[0]
+    return res.replace(attention="fa2") if par.attention == "fa2" and supports_flash(cluster.gpu) else res
 
 
 def hetero_evaluate(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelConfig, placement: tuple[int, ...],
