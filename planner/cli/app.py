@@ -132,7 +132,8 @@ def _bad_value(exc, args: list[str]) -> tuple[str, str, str] | None:
     param, cause = getattr(exc, "param", None), exc.__cause__
     if type(exc).__name__ != "BadParameter" or param is None:
         return None
-    opts = [o for o in (*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ())) if o.startswith("--")]
+    names = [*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ())]
+    opts = [o for o in names if o.startswith("--")]
     if not opts:
         return None
     if hasattr(cause, "errors"):
@@ -140,7 +141,6 @@ def _bad_value(exc, args: list[str]) -> tuple[str, str, str] | None:
         expected = _EXPECTED_BY_ERROR.get(errors[0].get("type", "")) if errors else None
         return (opts[0], str(errors[0].get("input")), expected) if expected else None
     expected = {"integer": "an integer", "float": "a number"}.get(getattr(getattr(param, "type", None), "name", ""))
-    names = [*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ())]
     for i, a in enumerate(args):  # click: the value as given on the command line
         for o in names:
             if a == o and i + 1 < len(args):
