@@ -60,10 +60,15 @@ SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "zb-v", "dualpipe
 # Hopper, FA4 / cuDNN on Blackwell, FlashAttention-2 on Ampere); "fa2" pins FlashAttention-2's
 # kernels (the Ampere design: no TMA or warp-specialised WGMMA on Hopper), which PyTorch SDPA's
 # default flash backend ran on Hopper until cuDNN came first (torchtitan before Oct 2025,
-# pytorch/pytorch#142132) and Megatron-DeepSpeed's --use-flash-attn-v2 runs; "unfused" the
-# materialised s x s scores (Megatron's fused scale-mask-softmax).
-ATTENTION_KINDS = ("flash", "fa2", "unfused")
-FLASH_KINDS = ("flash", "fa2")  # flash-style: O(s) memory, tiled on chip
+# pytorch/pytorch#142132) and Megatron-DeepSpeed's --use-flash-attn-v2 runs; "fa1" the first
+# FlashAttention (flash-attn 1.x: Megatron-DeepSpeed's --use-flash-attn / --use-flash-attn-v1,
+# the 2022 flash-attention training code); "unfused" the materialised s x s scores (Megatron's
+# fused scale-mask-softmax).
+ATTENTION_KINDS = ("flash", "fa2", "fa1", "unfused")
+FLASH_KINDS = ("flash", "fa2", "fa1")  # flash-style: O(s) memory, tiled on chip
+# What an engine with flash attention runs unless its profile lists its kernels (features.attention_kernels):
+# flash-attn 1.x is only where a profile names it.
+DEFAULT_ATTENTION_KERNELS = ("flash", "fa2", "unfused")
 
 
 def positions_note(model: "ModelSpec", seq_len: int) -> str | None:
@@ -77,7 +82,7 @@ def positions_note(model: "ModelSpec", seq_len: int) -> str | None:
 
 
 def is_flash(attention: str | None) -> bool:
-    """Whether ``attention`` is a flash-style kernel (``flash`` or ``fa2``)."""
+    """Whether ``attention`` is a flash-style kernel (``flash``, ``fa2`` or ``fa1``)."""
     return attention in FLASH_KINDS
 # MoE token dispatchers: the all-to-all one (a copy per routed expert) and Megatron-core's flex
 # dispatcher with the DeepEP or HybridEP kernels (a copy per destination rank and node).
@@ -503,7 +508,7 @@ class ParallelConfig:
     tp_comm_overlap: bool | None = None  # TP all-gather/reduce-scatter pipelined with GEMMs (needs SP)
     async_tp_allreduce: bool | None = None  # backward TP all-reduce overlapped with the weight-gradient GEMM
     overlap_param_gather: bool | None = None  # ZeRO 1/2 weight all-gather overlapped with the next forward
-    attention: str | None = None  # flash | fa2 | unfused (ATTENTION_KINDS)
+    attention: str | None = None  # flash | fa2 | fa1 | unfused (ATTENTION_KINDS)
     etp: int | None = None  # expert tensor parallelism (Megatron --expert-tensor-parallel-size); None: tp, or 1 where ep spans tp
     # Megatron-core --overlap-moe-expert-parallel-comm: the expert all-to-all of one micro-batch
     # overlapped with another's compute (combined 1F1B); None: the engine's default where it runs

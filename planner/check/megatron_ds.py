@@ -29,6 +29,7 @@ DS_FLAGS = {
     "--cpu-optimizer": (0, None, None, "optimizer on the CPU"),
     "--cpu_torch_adam": (0, None, None, "CPU Adam"),
     "--use-flash-attn-v2": (0, None, None, "FlashAttention 2"),
+    "--use-flash-attn-v1": (0, None, None, "FlashAttention 1 (flash-attn 1.x)"),
     "--use-flash-attn-triton": (0, None, None, "FlashAttention (triton)"),
     "--ds-sequence-parallel-size": (1, "int", None, "Ulysses sequence parallelism"),
     "--num-key-value-heads": (1, "int", None, "KV heads (GQA)"),
@@ -49,10 +50,12 @@ def read_megatron_deepspeed(path: Path) -> Draft:
         d.set("parallel.pp", 1, "file", f"{p.line('--no-pipeline-parallel')} --no-pipeline-parallel")
     if p.has("--num-key-value-heads"):
         d.set("model.kv_heads", p.int("--num-key-value-heads"), "file", f"{p.line('--num-key-value-heads')} --num-key-value-heads")
-    if flag := next((f for f in ("--use-flash-attn-v2", "--use-flash-attn-triton", "--use-flash-attn") if p.has(f)), None):
+    if flag := next((f for f in ("--use-flash-attn-v2", "--use-flash-attn-triton", "--use-flash-attn-v1", "--use-flash-attn") if p.has(f)), None):
         d.post = [h for h in d.post if getattr(h, "__name__", "") != "by_gpu"]
-        # the flash-attn 2.x package (or its Triton / v1 forms, priced as FA2): FlashAttention-2's kernels, not Hopper's FA3
-        d.set("parallel.attention", "fa2", "file", f"{p.line(flag)} {flag}")
+        # --use-flash-attn-v2 (and the Triton form, priced alike): the flash-attn 2.x package, FlashAttention-2's
+        # kernels, not Hopper's FA3; --use-flash-attn is --use-flash-attn-v1 (megatron/arguments.py): flash-attn 1.x
+        kind = "fa1" if flag in ("--use-flash-attn-v1", "--use-flash-attn") else "fa2"
+        d.set("parallel.attention", kind, "file", f"{p.line(flag)} {flag}")
     elif not d.has("parallel.attention") or d.values["parallel.attention"][1].kind == "default":
         d.post = [h for h in d.post if getattr(h, "__name__", "") != "by_gpu"]
         d.set("parallel.attention", "unfused", "default", "Megatron-DeepSpeed: fused softmax unless --use-flash-attn (megatron/arguments.py)")

@@ -110,11 +110,11 @@ def _flag(name: str, value, kind: str) -> None:
 
 
 def _attention(flag: str | None) -> str | None:
-    """``--attention``: flash | fa2 | unfused | auto (None: the engine's kernel for the GPU)."""
+    """``--attention``: flash | fa2 | fa1 | unfused | auto (None: the engine's kernel for the GPU)."""
     if flag is None or flag == "auto":
         return None
     if flag not in ATTENTION_KINDS:
-        raise InputError("--attention", flag, "flash, fa2, unfused or auto")
+        raise InputError("--attention", flag, "flash, fa2, fa1, unfused or auto")
     return flag
 
 

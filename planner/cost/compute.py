@@ -126,9 +126,11 @@ def attention_efficiency(gpu: GpuSpec, kv_len: float, C: Constants, head_dim: fl
     s / (s + s_half) (constants.FLASH_ATTENTION_SEQ_HALF, fit to FA3's sequence sweep) and by
     d / (d + d_half) (constants.FLASH_ATTENTION_HEAD_HALF_DIM_PER_TFLOPS_PER_SM, FA4's head-dim
     sweep; d_half grows with the GPU's 16-bit throughput per SM). ``head_dim`` None: 128.
-    ``kernel`` "fa2": FlashAttention-2's kernels on this generation (constants.FA2_ATTENTION_RATIO)."""
+    ``kernel`` "fa2": FlashAttention-2's kernels on this generation (constants.FA2_ATTENTION_RATIO);
+    "fa1": the first FlashAttention's, a fixed fraction of FA2's (constants.FA1_TO_FA2_RATIO)."""
     gen = gpu_generation(gpu)
-    base = C.FLASH_ATTENTION_EFFICIENCY[gen] * (C.FA2_ATTENTION_RATIO[gen] if kernel == "fa2" else 1.0)
+    ratio = {"fa2": C.FA2_ATTENTION_RATIO[gen], "fa1": C.FA2_ATTENTION_RATIO[gen] * C.FA1_TO_FA2_RATIO}.get(kernel, 1.0)
+    base = C.FLASH_ATTENTION_EFFICIENCY[gen] * ratio
     sh, ref = C.FLASH_ATTENTION_SEQ_HALF, C.FLASH_ATTENTION_REFERENCE_SEQ
     eff = base * (kv_len / (kv_len + sh)) / (ref / (ref + sh))
     if head_dim is None:
@@ -209,7 +211,7 @@ def layer_times(
     ``fp8``: how the FP8 casts and GEMMs run (:mod:`planner.cost.fp8`; engines.fp8_casts):
     Transformer Engine's, or a torchao recipe's, under which the routed experts stay 16-bit
     (torchtitan's Float8 converter swaps nn.Linear modules; grouped experts are not).
-    ``flash_kernel``: which flash kernels run the attention core (``flash`` or ``fa2``,
+    ``flash_kernel``: which flash kernels run the attention core (``flash``, ``fa2`` or ``fa1``,
     ParallelConfig.attention).
     """
     h = model.hidden

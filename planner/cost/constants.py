@@ -129,6 +129,14 @@ class Constants:
     # (Dao-AILab/flash-attention#1589) against FA4 at 1243 = 50% of 2500 (PR #2605): 0.34.
     # Ampere and the rest: FA2 is the kernel the figure above measures (1.0).
     FA2_ATTENTION_RATIO: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({"ampere": 1.0, "hopper": 0.52, "blackwell": 0.34, "other": 1.0}), hash=False)
+    # The first FlashAttention's kernels (flash-attn 1.x, ParallelConfig.attention "fa1") relative
+    # to FlashAttention-2's on the same GPU. FA2 paper (Dao 2023, arXiv 2307.08691) Fig. 4 (A100
+    # 80GB SXM4) and Fig. 6 (H100 SXM5), forward + backward, causal, FlashAttention against
+    # FlashAttention-2 in TFLOP/s at sequence 2k and 8k (the figures in Dao-AILab/flash-attention
+    # assets/flash2_a100_fwd_bwd_benchmark.png and flash2_h100_fwd_bwd_benchmark.png): A100 head
+    # 64: 77/140, 92/165; head 128: 69/155, 80/182; H100 head 64: 136/232, 149/273; head 128:
+    # 108/265, 135/308. Mean 0.50 on each GPU (0.41-0.59); one value for every generation.
+    FA1_TO_FA2_RATIO: float = 0.5
 
     # --- Memory ------------------------------------------------------------------------------
     # PyTorch's caching allocator keeps freed blocks, so its reserved peak exceeds the allocated

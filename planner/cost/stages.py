@@ -95,7 +95,7 @@ def engine_layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Pa
 @lru_cache(maxsize=65536)
 def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: Job, key: tuple, C: Constants) -> tuple:
     tp, pp, dp, cp, ep, v, mb, rec, sp, tpo, asy, kernel, etp, merged, disp, graph, sac, fp8, p2p_ovl, copies, loss = key
-    flash = bool(kernel)  # "flash" or "fa2" (ParallelConfig.attention), "" unfused
+    flash = bool(kernel)  # "flash", "fa2" or "fa1" (ParallelConfig.attention), "" unfused
     gpu = cluster.gpu
     prec = job.precision
     s = job.seq_len

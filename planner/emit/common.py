@@ -283,11 +283,21 @@ _FA2_HOW = {
 }
 
 
+# ... and the first FlashAttention's (ParallelConfig.attention "fa1"): only Megatron-DeepSpeed has a flag for it
+# (for_engine turns an fa1 plan into fa2 on the other engines, with a note).
+_FA1_HOW = {
+    "megatron-deepspeed": "pass --use-flash-attn-v1 in TRAIN_ARGS with the flash-attn 1.x package installed "
+                          "(--use-flash-attn-v2 with flash-attn 2.x runs about twice as fast in attention)",
+}
+
+
 def attention_note(v: PlanView, engine: str) -> str | None:
-    """The launch files' note on a plan priced with FlashAttention-2's kernels (None otherwise)."""
-    if v.parallel.attention != "fa2":
-        return None
-    return f"The plan prices FlashAttention-2's attention kernels: {_FA2_HOW.get(engine, 'run FlashAttention-2')}."
+    """The launch files' note on a plan priced with FlashAttention-2's or -1's kernels (None otherwise)."""
+    if v.parallel.attention == "fa2":
+        return f"The plan prices FlashAttention-2's attention kernels: {_FA2_HOW.get(engine, 'run FlashAttention-2')}."
+    if v.parallel.attention == "fa1":
+        return f"The plan prices FlashAttention 1's attention kernels: {_FA1_HOW.get(engine, 'run flash-attn 1.x')}."
+    return None
 
 
 def for_engine(v: PlanView, name: str) -> tuple[PlanView, list[str]]:

@@ -24,7 +24,7 @@ from importlib import resources
 import yaml
 
 from planner.errors import InputError, suggest
-from planner.specs import ATTENTION_KINDS, FLASH_KINDS, ModelSpec
+from planner.specs import ATTENTION_KINDS, DEFAULT_ATTENTION_KERNELS, FLASH_KINDS, ModelSpec
 
 __all__ = ["Sharding", "MemoryProfile", "Engine", "ENGINE_NAMES", "DEFAULT_ENGINE", "AUTO", "AUTO_ENGINES", "get_engine", "engine_names", "has_dropout"]
 
@@ -338,11 +338,11 @@ def _from_dict(d: dict, where: str) -> Engine:
 
 
 def _attention_kernels(feats: dict, where: str) -> tuple[str, ...]:
-    """``features.attention_kernels`` (default: every kind where the engine has flash attention, only
-    unfused where it does not)."""
+    """``features.attention_kernels`` (default: flash, FlashAttention-2 and unfused where the engine
+    has flash attention, only unfused where it does not; flash-attn 1.x only where listed)."""
     kinds = feats.get("attention_kernels")
     if kinds is None:
-        return ATTENTION_KINDS if feats["flash_attention"] else ("unfused",)
+        return DEFAULT_ATTENTION_KERNELS if feats["flash_attention"] else ("unfused",)
     for k in kinds:
         if k not in ATTENTION_KINDS:
             raise InputError(f"{where}.features.attention_kernels", k, "one of " + ", ".join(ATTENTION_KINDS))
@@ -350,7 +350,7 @@ def _attention_kernels(feats: dict, where: str) -> tuple[str, ...]:
 
 
 def _flash_kernel(feats: dict, where: str) -> str:
-    """``features.flash_kernel``: flash (default) or fa2."""
+    """``features.flash_kernel``: flash (default), fa2 or fa1."""
     k = feats.get("flash_kernel", "flash")
     if k not in FLASH_KINDS:
         raise InputError(f"{where}.features.flash_kernel", k, " or ".join(FLASH_KINDS))

@@ -119,11 +119,11 @@ def _setup(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelConfig, e
 
 def _on(par: ParallelConfig, cluster: ClusterSpec, model: ModelSpec, job: Job, engine: Engine) -> ParallelConfig:
     """``par`` with the attention kernel resolved for this group's GPU: unfused stays; a flash kernel
-    is the group's (a GPU without flash attention runs unfused), FlashAttention-2 kept where it runs."""
+    is the group's (a GPU without flash attention runs unfused), FlashAttention-2 (or 1) kept where it runs."""
     if par.attention == "unfused":
         return par
     res = resolve(par.replace(attention=None), model, cluster, job, engine)[0]
-    return res.replace(attention="fa2") if par.attention == "fa2" and supports_flash(cluster.gpu) else res
+    return res.replace(attention=par.attention) if par.attention in ("fa2", "fa1") and supports_flash(cluster.gpu) else res
 
 
 def hetero_evaluate(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelConfig, placement: tuple[int, ...],

@@ -63,3 +63,19 @@ def test_megatron_deepspeed_flash_attn_v2_is_read_as_flashattention_2(tmp_path):
     cj = read_job([str(script)])
     assert cj.parallel.attention == "fa2" and cj.engine == "megatron-deepspeed"
     assert check_job(cj, top=1, time_limit_s=3).estimate.step_time_s > 0
+
+
+def test_megatron_deepspeed_flash_attn_v1_is_read_as_flashattention_1(tmp_path):
+    """--use-flash-attn is Megatron-DeepSpeed's --use-flash-attn-v1 (megatron/arguments.py): the
+    flash-attn 1.x package, read as attention "fa1" and priced slower than --use-flash-attn-v2."""
+    src = (FX / "megatron_deepspeed_gpt.sh").read_text()
+    (tmp_path / "pipe_zero1.json").write_text((FX / "pipe_zero1.json").read_text())
+    times = {}
+    for flag, kind in (("--use-flash-attn", "fa1"), ("--use-flash-attn-v1", "fa1"), ("--use-flash-attn-v2", "fa2")):
+        script = tmp_path / f"run{flag}.sh"
+        script.write_text(src.replace("--seq-length", f"{flag} --seq-length", 1))
+        cj = read_job([str(script)])
+        assert cj.parallel.attention == kind, flag
+        assert cj.sources["parallel.attention"][1].kind == "file"
+        times[flag] = check_job(cj, top=1, time_limit_s=3).estimate.step_time_s
+    assert times["--use-flash-attn"] == times["--use-flash-attn-v1"] > times["--use-flash-attn-v2"]

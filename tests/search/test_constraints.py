@@ -199,11 +199,15 @@ def test_each_engine_runs_the_attention_kernels_its_flags_select():
     from planner.specs import ParallelConfig  # noqa: PLC0415
 
     model, cluster, job = load_model("gpt3-1.3b"), make_cluster("h100-sxm5-80gb", 8), Job(2048, 64)
-    assert get_engine("megatron-deepspeed").attention_kernels == ("unfused", "fa2")
+    assert get_engine("megatron-deepspeed").attention_kernels == ("unfused", "fa2", "fa1")
     assert get_engine("megatron-legacy").attention_kernels == ("unfused",)
     assert get_engine("megatron-core").attention_kernels == ("flash", "fa2", "unfused")
     assert estimate(model, cluster, job, ParallelConfig(tp=1, attention="fa2"), engine="megatron-deepspeed").parallel.attention == "fa2"
-    for engine, kind in (("megatron-deepspeed", "flash"), ("megatron-legacy", "fa2")):
+    # flash-attn 1.x (Megatron-DeepSpeed --use-flash-attn-v1) runs at FA1_TO_FA2_RATIO of FA2: slower, never faster
+    t = {k: estimate(model, cluster, job, ParallelConfig(tp=1, attention=k), engine="megatron-deepspeed").step_time_s
+         for k in ("fa2", "fa1")}
+    assert t["fa1"] > t["fa2"]
+    for engine, kind in (("megatron-deepspeed", "flash"), ("megatron-legacy", "fa2"), ("megatron-core", "fa1"), ("torchtitan", "fa1")):
         with pytest.raises(InputError, match=f"parallel.attention: got '{kind}'.* on {engine}"):
             estimate(model, cluster, job, ParallelConfig(tp=1, attention=kind), engine=engine)
     free = plan(model, cluster, job, top_k=10, options=SearchOptions(engine="megatron-core"))
