@@ -160,6 +160,11 @@ class PlanResult:
 _REC = {"none": 0, "selective": 1, "full": 2}
 
 
+# Skip the members of a candidate group whose least-memory member cannot fit (the ranking loop);
+# tests/search/test_dominance.py turns it off to check that the plans do not change.
+GROUP_PRUNE = True
+
+
 # Times the layer-split program is solved again when its proposal misses the exact memory
 # limit (each with the overflowing stages' limits lowered by their memory lines' error).
 _SPLIT_REPAIRS = 2
@@ -292,20 +297,12 @@ def plan(
     found: list = []
     evaluated = 0
     lps_fixed = tuple(fixed["layers_per_stage"]) if fixed.get("layers_per_stage") else None
-    for lb, _, t, a2a in bounded:
-        if len(kth) >= top_k and lb > -kth[0]:
-            break
-        if time.perf_counter() > deadline:
-            raise _timed_out(limit, found, len(pool), evaluated, t0, eng.name, stats, "ranking", top_k)
+
+    def configure(t: tuple, a2a: bool) -> tuple[ParallelConfig, tuple, bool]:
+        """The candidate as priced: its flags, its default (or fixed) layer split, whether an
+        uneven split may be searched."""
         tp, pp, dp, cp, ep, v, mb, rec, z, sched = t
-        f = flag_cache[(tp, z, pp > 1)]
-        if not may_fit(tp, pp, dp, cp, ep, v, mb, rec, z, sched, f["sequence_parallel"], is_flash(f["attention"]), split_unit(v, eng)):
-            stats.memory_pruned += 1  # no layer split fits (model states and in-flight activations alone)
-            nk = (states_cache[(tp, pp, dp, cp, ep, z)], -_REC[rec], mb)
-            if nearest is None or (nearest[1] is None and nk < nearest[0]):
-                nearest = (nk, None, to_parallel(t, fixed))
-            continue
-        par = to_parallel(t, fixed).replace(**f)
+        par = to_parallel(t, fixed).replace(**flag_cache[(tp, z, pp > 1)])
         if par.etp is None:
             par = par.replace(etp=default_etp(tp, dp, cp, ep))
         if par.moe_a2a_overlap is None:
@@ -314,19 +311,14 @@ def plan(
             par = par.replace(moe_dispatcher=disp)
         if par.cuda_graph is None:
             par = par.replace(cuda_graph=graph)
-        evaluated += 1
         lps = lps_fixed or default_split(model, pp, v, eng)
-        may_split = par.pp > 1 and opts.uneven_split and eng.custom_split and lps_fixed is None
-        if len(kth) >= top_k:
-            # With K plans found, a candidate slower than the K-th under every split cannot
-            # enter, whatever its memory: its time alone decides (the memory model is the costly part).
-            quick = price(model, cluster, job, par, lps, eng, C, memory=False)
-            gain = split_gain(quick, par, split_unit(v, eng), r=0.0) if may_split and not only_split(quick, par) else 0.0
-            if quick.step_time_s - gain > -kth[0]:
-                stats.time_pruned += 1
-                continue
+        return par, lps, par.pp > 1 and opts.uneven_split and eng.custom_split and lps_fixed is None
+
+    def exact(par: ParallelConfig, lps: tuple, may_split: bool, kth_now: list) -> Estimate:
+        """The estimate on the default split, or on an uneven split that makes it fit or faster."""
         est = price(model, cluster, job, par, lps, eng, C)
-        if may_split and split_may_help(est, par, job, cap, kth, top_k, split_unit(v, eng)):
+        v = par.vpp
+        if may_split and split_may_help(est, par, job, cap, kth_now, top_k, split_unit(v, eng)):
             room, aff = [cap] * par.pp, stage_affine(model, cluster, job, par, C, eng)  # one fit for the program and its repairs
             for _ in range(_SPLIT_REPAIRS + 1):
                 split = optimal_split(model, cluster, job, par, room, C, eng, aff=aff, time_limit_s=max(0.01, deadline - time.perf_counter()), stats=stats)
@@ -344,6 +336,64 @@ def plan(
                 for i, (st, (a, b), n) in enumerate(zip(est2.stages, aff.mem, split)):
                     if st.total_bytes > est2.memory_usable_bytes:
                         room[i] = min(room[i], cap - max(0.0, st.total_bytes - (a * n + b)))
+        return est
+
+    # Candidates that differ only in micro-batch and recompute form a group; within one, memory
+    # grows with the micro-batch and with less recompute (tests/search/test_dominance.py checks it
+    # on the memory model). When a candidate misses memory, the group's least-memory member (the
+    # smallest micro-batch, then the most recompute) is priced once on its default split; if no
+    # split can make it fit (it has no other, or every stage is over), every member it dominates
+    # is skipped unpriced. Nothing that fits is skipped, so the plans are the same; a job that fits
+    # nowhere is told so sooner.
+    least: dict = {}
+    for _, _, t, a2a in bounded:
+        g = (*t[:6], t[8], t[9], a2a)
+        if g not in least or (t[6], -_REC[t[7]]) < (least[g][6], -_REC[least[g][7]]):
+            least[g] = t
+    dead: set = set()
+    alive: set = set()
+    for lb, _, t, a2a in bounded:
+        if len(kth) >= top_k and lb > -kth[0]:
+            break
+        if time.perf_counter() > deadline:
+            raise _timed_out(limit, found, len(pool), evaluated, t0, eng.name, stats, "ranking", top_k)
+        tp, pp, dp, cp, ep, v, mb, rec, z, sched = t
+        f = flag_cache[(tp, z, pp > 1)]
+        if not may_fit(tp, pp, dp, cp, ep, v, mb, rec, z, sched, f["sequence_parallel"], is_flash(f["attention"]), split_unit(v, eng)):
+            stats.memory_pruned += 1  # no layer split fits (model states and in-flight activations alone)
+            nk = (states_cache[(tp, pp, dp, cp, ep, z)], -_REC[rec], mb)
+            if nearest is None or (nearest[1] is None and nk < nearest[0]):
+                nearest = (nk, None, to_parallel(t, fixed))
+            continue
+        g = (*t[:6], z, sched, a2a)
+        if g in dead and least[g][6] <= mb and _REC[least[g][7]] >= _REC[rec]:
+            stats.memory_pruned += 1  # its group's least-memory member misses under every split tried
+            continue
+        par, lps, may_split = configure(t, a2a)
+        evaluated += 1
+        if len(kth) >= top_k:
+            # With K plans found, a candidate slower than the K-th under every split cannot
+            # enter, whatever its memory: its time alone decides (the memory model is the costly part).
+            quick = price(model, cluster, job, par, lps, eng, C, memory=False)
+            gain = split_gain(quick, par, split_unit(v, eng), r=0.0) if may_split and not only_split(quick, par) else 0.0
+            if quick.step_time_s - gain > -kth[0]:
+                stats.time_pruned += 1
+                continue
+        est = exact(par, lps, may_split, kth)
+        if not est.fits and GROUP_PRUNE and g not in alive and g not in dead:
+            xt = least[g]
+            if not may_fit(*xt, f["sequence_parallel"], is_flash(f["attention"]), split_unit(v, eng)):
+                dead.add(g)  # even its memory bound misses
+            else:
+                xpar, xlps, xsplit = configure(xt, a2a)
+                x = price(model, cluster, job, xpar, xlps, eng, C)
+                # no split fits it: it has one, or every stage is over (split_may_help's rule)
+                if not x.fits and (not xsplit or all(st.total_bytes > cap for st in x.stages)):
+                    dead.add(g)
+                    if nearest is None or nearest[1] is None or x.memory_peak_bytes < nearest[1].memory_peak_bytes:
+                        nearest = (x.memory_peak_bytes, x, x.parallel)  # as if priced in its turn (the rule above skips it)
+                else:
+                    alive.add(g)
         par = est.parallel
         if not est.fits:
             if nearest is None or nearest[1] is None or est.memory_peak_bytes < nearest[1].memory_peak_bytes:
