@@ -23,8 +23,9 @@ SPLIT_MIN_GAIN = 0.002
 
 def states_bound_fn(model: ModelSpec, precision: str, C: Constants, min_first: int = 1, grad_reduce: str = "auto", engine=None,
                     parts: bool = False, fp8_params: bool = False):
-    """A fast function (tp, pp, dp, cp, ep, zero) -> model-state bytes per GPU on the most loaded
-    stage, ignoring activations (a lower bound of the peak memory). ``engine``: its model-state
+    """A fast function (tp, pp, dp, cp, ep, zero, etp=None) -> model-state bytes per GPU on the most
+    loaded stage, ignoring activations (a lower bound of the peak memory). ``etp``: the expert
+    tensor degree the candidate runs (None: tp, Megatron-core's default; planner.engines.default_etp). ``engine``: its model-state
     recipe (planner.cost.memory.state_bytes_per_param: what every moment of its step holds).
     ``parts``: return (bytes per layer, bytes of the embedding on the first stage) held all step
     and the same two of what the optimizer-step moment adds (the gradients FSDP2 allocates per
@@ -33,12 +34,15 @@ def states_bound_fn(model: ModelSpec, precision: str, C: Constants, min_first: i
     ``fp8_params``: FP8 primary weights wherever the weights are sharded (ZeRO >= 1;
     planner.engines.fp8_gathers)."""
     # With dense first layers (DeepSeek-V3) a stage may hold either kind, so each layer is
-    # counted at the cheaper of the two: the bound stays a lower bound for any split.
+    # counted at the cheaper of the two: the bound stays a lower bound for any split. The whole
+    # step's bound (parts=False) also counts what the layer counts force (below).
     kinds = [layer_params(model, moe_layer=False)]
+    counts = [model.layers]
     if model.moe is not None and model.moe_layers:
         kinds.append(layer_params(model, moe_layer=True))
+        counts = [model.layers - model.moe_layers, model.moe_layers]
         if model.moe_layers == model.layers:
-            kinds = kinds[1:]
+            kinds, counts = kinds[1:], counts[1:]
     emb_full = embedding_params(model)["embedding"]
     bpp_cache: dict = {}
 
@@ -64,27 +68,37 @@ def states_bound_fn(model: ModelSpec, precision: str, C: Constants, min_first: i
             return 0.0
         return 1.0 if precision == "fp8" else 2.0
 
-    def per_layer(tp: int, ep: int, b: float, be: float) -> float:
-        return min(((k["attention"] + k["mlp"]) / tp + k["norms"]) * b + k["experts"] / (tp * ep) * be for k in kinds)
+    def per_layer(tp: int, ep: int, etp: int, b: float, be: float) -> float:
+        return min(((k["attention"] + k["mlp"]) / tp + k["norms"]) * b + k["experts"] / (etp * ep) * be for k in kinds)
 
-    def bound(tp: int, pp: int, dp: int, cp: int, ep: int, zero: int):
+    def bound(tp: int, pp: int, dp: int, cp: int, ep: int, zero: int, etp: int | None = None):
+        etp = etp or tp
         shard = dp * cp
         g = gathered(pp, zero)
-        (b, b_step), (be, be_step) = bpp(zero, shard, pp), bpp(zero, max(1, shard // ep), pp)
+        # the experts' states are sharded over the ranks that hold the same experts (memory_peak's shard_e)
+        (b, b_step), (be, be_step) = bpp(zero, shard, pp), bpp(zero, max(1, shard * tp // (ep * etp)), pp)
         b, be = b + g, be + g
         emb = emb_full / tp
         emb_copies = 1 if (pp > 1 or model.tied_embeddings) else 2
         if parts:
-            return (per_layer(tp, ep, b, be), emb * b * emb_copies,
-                    per_layer(tp, ep, b_step, be_step), emb * b_step * emb_copies)
+            return (per_layer(tp, ep, etp, b, be), emb * b * emb_copies,
+                    per_layer(tp, ep, etp, b_step, be_step), emb * b_step * emb_copies)
         b, be = b + b_step, be + be_step  # the optimizer-step moment holds both
-        per = per_layer(tp, ep, b, be)
+        per = per_layer(tp, ep, etp, b, be)
         layers = -(-model.layers // pp)  # some stage holds at least this many layers
+        most = layers * per
+        if len(kinds) > 1:
+            # of two layer kinds: the fullest stage holds at most all of the cheaper kind, the
+            # rest of its layers are the dearer; and some stage holds ceil(n_k / pp) of each kind k
+            c = [((k["attention"] + k["mlp"]) / tp + k["norms"]) * b + k["experts"] / (etp * ep) * be for k in kinds]
+            cheap = 0 if c[0] <= c[1] else 1
+            most = max(most + max(0, layers - counts[cheap]) * (c[1 - cheap] - c[cheap]),
+                       *(-(-n // pp) * ck for n, ck in zip(counts, c)))
         if pp == 1:
-            return layers * per + emb * (1 if model.tied_embeddings else 2) * b
+            return most + emb * (1 if model.tied_embeddings else 2) * b
         # An uneven split may give the first stage (which holds the embedding) fewer layers,
         # but at least one; either that stage or the fullest one is the most loaded.
-        return max(layers * per, min_first * per + emb * b)
+        return max(most, min_first * per + emb * b)
 
     return bound
 
@@ -118,7 +132,8 @@ def memory_bound_fn(model: ModelSpec, job: Job, C: Constants, engine, capacity_b
     optimizer's temporaries, q per layer): mem_i >= r_i + n_i (p + (1 + f) q). A split fits only if
     every stage's n_i is within both (in whole units of layers, at least the engine's fewest a stage,
     :func:`planner.engines.least_layers`) and those maxima add up to the model's layers.
-    Returns ``may_fit(tp, pp, dp, cp, ep, v, mb, recompute, zero, schedule, sp, flash, unit)``."""
+    Returns ``may_fit(tp, pp, dp, cp, ep, v, mb, recompute, zero, schedule, sp, flash, unit, etp=None)``
+    (``etp``: the expert tensor degree, None for tp)."""
     import numpy as np  # noqa: PLC0415  (numpy is imported only where used: CLI start-up)
 
     mem = engine.memory
@@ -136,8 +151,8 @@ def memory_bound_fn(model: ModelSpec, job: Job, C: Constants, engine, capacity_b
     in_flight: dict = {}
     held_most: dict = {}
 
-    def may_fit(tp, pp, dp, cp, ep, v, mb, rec, zero, schedule, sp, flash, unit) -> bool:
-        per, emb, per_step, emb_step = states(tp, pp, dp, cp, ep, zero)
+    def may_fit(tp, pp, dp, cp, ep, v, mb, rec, zero, schedule, sp, flash, unit, etp=None) -> bool:
+        per, emb, per_step, emb_step = states(tp, pp, dp, cp, ep, zero, etp)
         spx = bool(sp and tp > 1)
         ak = (tp, cp, spx, mb, rec, flash)
         a = acts.get(ak)

@@ -160,6 +160,10 @@ class PlanResult:
 _REC = {"none": 0, "selective": 1, "full": 2}
 
 
+# Misses ruled out by a memory bound that _no_fit prices to name the nearest one.
+NEAREST_PRICED = 24
+
+
 # Skip the members of a candidate group whose least-memory member cannot fit (the ranking loop);
 # tests/search/test_dominance.py turns it off to check that the plans do not change.
 GROUP_PRUNE = True
@@ -246,7 +250,8 @@ def plan(
                 raise _timed_out(limit, [], len(pool), 0, t0, eng.name, stats, "enumerating candidates")
     if not pool:
         raise explain_no_candidates(model, cluster, job, opts)
-    nearest: tuple | None = None  # (bytes, estimate or None, parallel)
+    nearest: tuple | None = None  # the priced miss with the least memory: (bytes, estimate, parallel)
+    unpriced: list = []  # (key, candidate) of the misses a memory bound ruled out unpriced (_no_fit prices the closest)
     states_of = states_bound_fn(model, job.precision, C, grad_reduce=job.grad_reduce, engine=eng,  # valid for any layer split
                                 fp8_params=fp8_gathers(eng, job, 1))
     given = {k: fixed.get(k) for k in ("sequence_parallel", "attention", "tp_comm_overlap", "async_tp_allreduce",
@@ -265,14 +270,12 @@ def plan(
         tp, pp, dp, cp, ep, v, mb, rec, z, sched = t
         sk = (tp, pp, dp, cp, ep, z)
         states = states_cache.get(sk)
-        if states is None:
-            states = states_cache[sk] = states_of(*sk)
+        if states is None:  # with the expert tensor degree the candidate runs (below)
+            states = states_cache[sk] = states_of(*sk, fixed.get("etp") or default_etp(tp, dp, cp, ep))
         if states > cap:
             # unpriced misses rank by their model states, then the least activation memory
             # (full recompute, the smallest micro-batch): the one _no_fit prices
-            nk = (states, -_REC[rec], mb)
-            if nearest is None or nk < nearest[0]:
-                nearest = (nk, None, to_parallel(t, fixed))
+            unpriced.append(((states, -_REC[rec], mb, -tp * ep), t))
             continue
         fk = (tp, z, pp > 1)
         if fk not in flag_cache:
@@ -359,11 +362,10 @@ def plan(
             raise _timed_out(limit, found, len(pool), evaluated, t0, eng.name, stats, "ranking", top_k)
         tp, pp, dp, cp, ep, v, mb, rec, z, sched = t
         f = flag_cache[(tp, z, pp > 1)]
-        if not may_fit(tp, pp, dp, cp, ep, v, mb, rec, z, sched, f["sequence_parallel"], is_flash(f["attention"]), split_unit(v, eng)):
+        etp = fixed.get("etp") or default_etp(tp, dp, cp, ep)
+        if not may_fit(tp, pp, dp, cp, ep, v, mb, rec, z, sched, f["sequence_parallel"], is_flash(f["attention"]), split_unit(v, eng), etp):
             stats.memory_pruned += 1  # no layer split fits (model states and in-flight activations alone)
-            nk = (states_cache[(tp, pp, dp, cp, ep, z)], -_REC[rec], mb)
-            if nearest is None or (nearest[1] is None and nk < nearest[0]):
-                nearest = (nk, None, to_parallel(t, fixed))
+            unpriced.append(((states_cache[(tp, pp, dp, cp, ep, z)], -_REC[rec], mb, -tp * ep), t))
             continue
         g = (*t[:6], z, sched, a2a)
         if g in dead and least[g][6] <= mb and _REC[least[g][7]] >= _REC[rec]:
@@ -382,7 +384,7 @@ def plan(
         est = exact(par, lps, may_split, kth)
         if not est.fits and GROUP_PRUNE and g not in alive and g not in dead:
             xt = least[g]
-            if not may_fit(*xt, f["sequence_parallel"], is_flash(f["attention"]), split_unit(v, eng)):
+            if not may_fit(*xt, f["sequence_parallel"], is_flash(f["attention"]), split_unit(v, eng), etp):
                 dead.add(g)  # even its memory bound misses
             else:
                 xpar, xlps, xsplit = configure(xt, a2a)
@@ -390,13 +392,13 @@ def plan(
                 # no split fits it: it has one, or every stage is over (split_may_help's rule)
                 if not x.fits and (not xsplit or all(st.total_bytes > cap for st in x.stages)):
                     dead.add(g)
-                    if nearest is None or nearest[1] is None or x.memory_peak_bytes < nearest[1].memory_peak_bytes:
+                    if nearest is None or x.memory_peak_bytes < nearest[0]:
                         nearest = (x.memory_peak_bytes, x, x.parallel)  # as if priced in its turn (the rule above skips it)
                 else:
                     alive.add(g)
         par = est.parallel
         if not est.fits:
-            if nearest is None or nearest[1] is None or est.memory_peak_bytes < nearest[1].memory_peak_bytes:
+            if nearest is None or est.memory_peak_bytes < nearest[0]:
                 nearest = (est.memory_peak_bytes, est, par)
             continue
         # The goodput factor is common to every candidate (one GPU count): bounds and the
@@ -406,7 +408,7 @@ def plan(
         if len(kth) > top_k:
             heapq.heappop(kth)
     if not found:
-        raise _no_fit(model, cluster, job, nearest, eng, C, fixed)
+        raise _no_fit(model, cluster, job, nearest, eng, C, fixed, unpriced)
     ranked = sorted(found, key=lambda x: (x[0], x[1]))[:top_k]
     plans = [Plan(i + 1, par, est) for i, (_, _, est, par) in enumerate(ranked)]
     solver = stats.solver if stats.programs else "none"
@@ -474,22 +476,28 @@ def _plan_auto(model, cluster, job, top_k, opts, limit, objective, goodput, cons
                       goodput=goodput if objective == "goodput" else None, stats=stats)
 
 
-def _no_fit(model, cluster, job, nearest, eng, C, fixed) -> NoFeasiblePlan:
+def _no_fit(model, cluster, job, nearest, eng, C, fixed, unpriced=()) -> NoFeasiblePlan:
     """The nearest miss, priced by :func:`planner.estimate` (so the message and ``planner estimate``
-    on that layout agree), and only changes that fit when estimated (each one is)."""
+    on that layout agree), and only changes that fit when estimated (each one is). ``nearest``:
+    the priced miss with the least memory; when every candidate was ruled out unpriced, the
+    :data:`NEAREST_PRICED` of ``unpriced`` with the least model states (then the most recompute,
+    the smallest micro-batch, the most tensor x expert sharding) are priced and the least taken."""
     from dataclasses import replace as _replace  # noqa: PLC0415
 
     from planner.cost.estimate import estimate  # noqa: PLC0415
 
     gib = 2**30
+    if nearest is None:  # every miss was ruled out by a bound: price the closest few
+        for _, t in heapq.nsmallest(NEAREST_PRICED, unpriced, key=lambda x: (x[0], _tuple_key(x[1]))):
+            try:
+                e = estimate(model, cluster, job, to_parallel(t, fixed), eng, C, validate=False)
+            except InputError:
+                continue
+            if nearest is None or e.memory_peak_bytes < nearest[0]:
+                nearest = (e.memory_peak_bytes, e, e.parallel)
     if nearest is None:
         return NoFeasiblePlan(f"no configuration of {model.name} fits on {cluster.num_gpus} x {cluster.gpu.id}")
     _, est, par = nearest
-    if est is None:  # pruned by its model states alone: price it
-        try:
-            est = estimate(model, cluster, job, par, eng, C, validate=False)
-        except InputError:
-            return NoFeasiblePlan(f"no configuration of {model.name} fits on {cluster.num_gpus} x {cluster.gpu.id}")
     par = est.parallel
     need, usable = est.memory_peak_bytes, est.memory_usable_bytes
 

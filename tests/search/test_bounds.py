@@ -130,7 +130,8 @@ def test_memory_bound_never_prunes_a_split_that_fits(seed, engine):
         graph = ("none", "layer", "full_iteration")[seed % 3] if engine is None else "none"
         par = to_parallel(t, {"cuda_graph": graph})
         f = engine_flags(eng, cluster.gpu, tp, z, None, pp, cluster.nvlink_domain)
-        ok = may_fit(tp, pp, dp, cp, ep, v, mb, rec, z, sched, f["sequence_parallel"], is_flash(f["attention"]), split_unit(v, eng))
+        ok = may_fit(tp, pp, dp, cp, ep, v, mb, rec, z, sched, f["sequence_parallel"], is_flash(f["attention"]), split_unit(v, eng),
+                     default_etp(tp, dp, cp, ep))
         splits = [None] if pp == 1 else [s for s in _splits(model.layers, pp, 1, split_unit(v, eng))
                                          if all(n_ >= least_layers(i, pp, v, eng) for i, n_ in enumerate(s))]
         fits = False
@@ -143,6 +144,47 @@ def test_memory_bound_never_prunes_a_split_that_fits(seed, engine):
         pruned += not ok
         fitting += fits
     assert fitting >= 1, (pruned, fitting)
+
+
+@pytest.mark.parametrize("engine", [None, "torchtitan", "deepspeed"])
+@pytest.mark.parametrize("seed", range(6))
+def test_states_bound_is_below_every_split(seed, engine):
+    """The whole-step model-state bound the search prunes with first (states_bound_fn, with the
+    candidate's expert tensor degree and, for MoE models with dense first layers, what the layer
+    counts force on the fullest stage) never exceeds the exact peak under any layer split."""
+    from planner.engines import fp8_gathers, least_layers
+    from planner.search.bounds import states_bound_fn
+
+    rng = random.Random(3000 + seed)
+    model = _model(rng)
+    while model.moe is None:
+        model = _model(rng)
+    eng = get_engine(engine)
+    n = rng.choice([8, 16])
+    job = Job(seq_len=rng.choice([1024, 4096]), global_batch_size=rng.choice([16, 32]), precision=rng.choice(["bf16", "fp8"]))
+    cluster = make_cluster("h100-sxm5-80gb", n)
+    states_of = states_bound_fn(model, job.precision, C, grad_reduce=job.grad_reduce, engine=eng, fp8_params=fp8_gathers(eng, job, 1))
+    tuples = list(candidate_tuples(model, cluster, job, SearchOptions(max_micro_batch=2, max_cp=2, max_vpp=2, engine=engine)))
+    rng.shuffle(tuples)
+    checked = 0
+    for t in tuples[:30]:
+        tp, pp, dp, cp, ep, v, mb, rec, z, sched = t
+        etp = default_etp(tp, dp, cp, ep)
+        bound = states_of(tp, pp, dp, cp, ep, z, etp)
+        par = dataclasses.replace(to_parallel(t), etp=etp)
+        splits = [None] if pp == 1 else [s for s in _splits(model.layers, pp, 1, split_unit(v, eng))
+                                         if all(n_ >= least_layers(i, pp, v, eng) for i, n_ in enumerate(s))]
+        for s in splits:
+            p2 = par if s is None else dataclasses.replace(par, layers_per_stage=s)
+            est = estimate(model, cluster, job, p2, eng, validate=False)
+            assert bound <= est.memory_peak_bytes * (1 + 1e-9), (model, p2, bound / 2**30, est.memory_peak_bytes / 2**30)
+            if engine is None:  # Megatron's states are all held all step: the bound is of them alone
+                held = max(sum(v_ for k, v_ in st.parts if k in ("weights", "gradients", "optimizer")) for st in est.stages)
+                assert bound <= held * (1 + 1e-9), (model, p2, bound / 2**30, held / 2**30)
+                if pp == 1:  # one stage holds every layer: nothing is left to chance, the bound is tight
+                    assert bound >= 0.98 * held, (model, p2, bound / 2**30, held / 2**30)
+            checked += 1
+    assert checked >= 10
 
 
 def test_memory_bound_prunes_on_the_default_job():
