@@ -33,7 +33,7 @@ def _yes(b: bool) -> str:
 def _flash(e) -> str:
     """Flash attention: by default, FlashAttention-2 (or 1) on a flag (--use-flash-attn-v2), or none."""
     if e.flash_attention:
-        return "yes" if e.flash_kernel == "flash" else "FA2 (SDPA)"
+        return {"flash": "yes", "fa2": "FA2 (SDPA)"}.get(e.flash_kernel, e.flash_kernel.upper())
     if "fa2" in e.attention_kernels:
         return "FA1/FA2 on a flag" if "fa1" in e.attention_kernels else "FA2 on a flag"
     return "-"

@@ -173,11 +173,13 @@ class Engine:
     cp_needs_flash: bool = False
     # the attention kernels the engine can be told to run (ParallelConfig.attention): its default
     # (flash where flash_attention, else unfused) and, where a flag selects it, FlashAttention-2's
-    # (Megatron-DeepSpeed --use-flash-attn-v2; SDPA's flash backend); an empty tuple: every kind
+    # (Megatron-DeepSpeed --use-flash-attn-v2; SDPA's flash backend) or flash-attn 1.x's
+    # (Megatron-DeepSpeed --use-flash-attn-v1). A profile that does not list them gets
+    # specs.DEFAULT_ATTENTION_KERNELS (flash, fa2, unfused) where it has flash attention, else unfused.
     attention_kernels: tuple[str, ...] = ()
     # the kernel the engine's flash path runs by default where the GPU has flash attention: "flash"
-    # (the generation's best, cuDNN/FA3 on Hopper) or "fa2" (PyTorch SDPA's fixed priority puts its
-    # FlashAttention-2 backend first: Hugging Face models under DeepSpeed)
+    # (the generation's best, cuDNN/FA3 on Hopper), "fa2" (PyTorch SDPA's fixed priority puts its
+    # FlashAttention-2 backend first: Hugging Face models under DeepSpeed) or "fa1"; one of attention_kernels
     flash_kernel: str = "flash"
     precisions: tuple[str, ...] = ("fp16", "bf16", "fp8")  # the training precisions the engine runs
     # whether its launch files can set an uneven layer split (False: the engine partitions the
@@ -325,7 +327,7 @@ def _from_dict(d: dict, where: str) -> Engine:
         cuda_graphs=bool(feats.get("cuda_graphs", False)),
         cp_needs_flash=bool(feats.get("cp_needs_flash", False)),
         attention_kernels=_attention_kernels(feats, where),
-        flash_kernel=_flash_kernel(feats, where),
+        flash_kernel=_flash_kernel(feats, where, _attention_kernels(feats, where)),
         custom_split=bool(feats.get("custom_split", True)),
         precisions=tuple(feats["precisions"]) if feats.get("precisions") is not None else ("fp16", "bf16", "fp8"),
         mtp=bool(feats.get("mtp", False)),
@@ -349,11 +351,14 @@ def _attention_kernels(feats: dict, where: str) -> tuple[str, ...]:
     return tuple(kinds)
 
 
-def _flash_kernel(feats: dict, where: str) -> str:
-    """``features.flash_kernel``: flash (default), fa2 or fa1."""
+def _flash_kernel(feats: dict, where: str, kernels: tuple[str, ...]) -> str:
+    """``features.flash_kernel``: flash (default), fa2 or fa1, one the profile's attention_kernels
+    list (where it has flash attention)."""
     k = feats.get("flash_kernel", "flash")
     if k not in FLASH_KINDS:
         raise InputError(f"{where}.features.flash_kernel", k, " or ".join(FLASH_KINDS))
+    if feats.get("flash_attention") and k not in kernels:
+        raise InputError(f"{where}.features.flash_kernel", k, "one of its attention_kernels (" + ", ".join(kernels) + ")")
     return k
 
 

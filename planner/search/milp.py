@@ -59,7 +59,9 @@ class SolveStats:
     programs: int = 0
     solver: str = "none"
     ruled_out: int = 0  # programs answered without a solver (no split meets the memory rows)
-    memory_pruned: int = 0  # candidates no layer split can fit (planner.search.bounds.memory_bound_fn), never priced
+    # candidates no layer split can fit, never priced: by the memory bound (planner.search.bounds.memory_bound_fn),
+    # or as members of a micro-batch/recompute group whose least-memory member fits under no split (plan.GROUP_PRUNE)
+    memory_pruned: int = 0
     time_pruned: int = 0  # candidates priced for time only: slower than the K-th best under any split
     notes: list = field(default_factory=list)
 

@@ -38,7 +38,7 @@ from planner.cost.estimate import Estimate, price
 from planner.cost.rules import check_precision
 from planner.engines import AUTO, AUTO_ENGINES, a2a_overlap_why, default_etp, default_split, engine_flags, fp8_casts, fp8_gathers, get_engine, resolve_job
 from planner.errors import InputError, NoFeasiblePlan, SolverFailure
-from planner.search.bounds import (SPLIT_MIN_GAIN, memory_bound_fn, only_split, p2p_per_stage, per_layer_time,  # noqa: F401
+from planner.search.bounds import (SPLIT_MIN_GAIN, memory_bound_fn, only_split, p2p_per_stage, peak_grows_with_micro_batch, per_layer_time,  # noqa: F401
                                    split_gain, split_may_help, states_bound_fn, step_lower_bound)
 from planner.search.milp import SolveStats
 from planner.search.rules import check_fixed, explain_no_candidates
@@ -250,7 +250,7 @@ def plan(
                 raise _timed_out(limit, [], len(pool), 0, t0, eng.name, stats, "enumerating candidates")
     if not pool:
         raise explain_no_candidates(model, cluster, job, opts)
-    nearest: tuple | None = None  # the priced miss with the least memory: (bytes, estimate, parallel)
+    nearest: tuple | None = None  # the priced miss with the least memory: ((bytes, place in the order), estimate, parallel)
     unpriced: list = []  # (key, candidate) of the misses a memory bound ruled out unpriced (_no_fit prices the closest)
     states_of = states_bound_fn(model, job.precision, C, grad_reduce=job.grad_reduce, engine=eng,  # valid for any layer split
                                 fp8_params=fp8_gathers(eng, job, 1))
@@ -342,20 +342,20 @@ def plan(
         return est
 
     # Candidates that differ only in micro-batch and recompute form a group; within one, memory
-    # grows with the micro-batch and with less recompute (tests/search/test_dominance.py checks it
-    # on the memory model). When a candidate misses memory, the group's least-memory member (the
-    # smallest micro-batch, then the most recompute) is priced once on its default split; if no
-    # split can make it fit (it has no other, or every stage is over), every member it dominates
-    # is skipped unpriced. Nothing that fits is skipped, so the plans are the same; a job that fits
-    # nowhere is told so sooner.
-    least: dict = {}
-    for _, _, t, a2a in bounded:
+    # grows with the micro-batch and with less recompute where bounds.peak_grows_with_micro_batch
+    # says so (tests/search/test_dominance.py samples it on the memory model). When a candidate
+    # misses memory, the group's least-memory member (the smallest micro-batch, then the most
+    # recompute) is priced once on its default split; if no split can make it fit (it has no
+    # other, or every stage is over), every member it dominates is skipped unpriced. Nothing that
+    # fits is skipped, so the plans are the same; a job that fits nowhere is told so sooner.
+    least: dict = {}  # group -> (its least-memory member, that member's place in the order)
+    for i, (_, _, t, a2a) in enumerate(bounded):
         g = (*t[:6], t[8], t[9], a2a)
-        if g not in least or (t[6], -_REC[t[7]]) < (least[g][6], -_REC[least[g][7]]):
-            least[g] = t
+        if g not in least or (t[6], -_REC[t[7]]) < (least[g][0][6], -_REC[least[g][0][7]]):
+            least[g] = (t, i)
     dead: set = set()
     alive: set = set()
-    for lb, _, t, a2a in bounded:
+    for i, (lb, _, t, a2a) in enumerate(bounded):
         if len(kth) >= top_k and lb > -kth[0]:
             break
         if time.perf_counter() > deadline:
@@ -368,7 +368,7 @@ def plan(
             unpriced.append(((states_cache[(tp, pp, dp, cp, ep, z)], -_REC[rec], mb, -tp * ep), t))
             continue
         g = (*t[:6], z, sched, a2a)
-        if g in dead and least[g][6] <= mb and _REC[least[g][7]] >= _REC[rec]:
+        if g in dead and least[g][0][6] <= mb and _REC[least[g][0][7]] >= _REC[rec]:
             stats.memory_pruned += 1  # its group's least-memory member misses under every split tried
             continue
         par, lps, may_split = configure(t, a2a)
@@ -382,24 +382,25 @@ def plan(
                 stats.time_pruned += 1
                 continue
         est = exact(par, lps, may_split, kth)
-        if not est.fits and GROUP_PRUNE and g not in alive and g not in dead:
-            xt = least[g]
+        if (not est.fits and GROUP_PRUNE and g not in alive and g not in dead
+                and peak_grows_with_micro_batch(eng, z)):
+            xt, xi = least[g]
             if not may_fit(*xt, f["sequence_parallel"], is_flash(f["attention"]), split_unit(v, eng), etp):
                 dead.add(g)  # even its memory bound misses
             else:
                 xpar, xlps, xsplit = configure(xt, a2a)
-                x = price(model, cluster, job, xpar, xlps, eng, C)
+                x = est if xt == t and est.layers_per_stage == tuple(xlps) else price(model, cluster, job, xpar, xlps, eng, C)
                 # no split fits it: it has one, or every stage is over (split_may_help's rule)
                 if not x.fits and (not xsplit or all(st.total_bytes > cap for st in x.stages)):
                     dead.add(g)
-                    if nearest is None or x.memory_peak_bytes < nearest[0]:
-                        nearest = (x.memory_peak_bytes, x, x.parallel)  # as if priced in its turn (the rule above skips it)
+                    if nearest is None or (x.memory_peak_bytes, xi) < nearest[0]:
+                        nearest = ((x.memory_peak_bytes, xi), x, x.parallel)  # as if priced in its turn (the rule above skips it)
                 else:
                     alive.add(g)
         par = est.parallel
         if not est.fits:
-            if nearest is None or est.memory_peak_bytes < nearest[0]:
-                nearest = (est.memory_peak_bytes, est, par)
+            if nearest is None or (est.memory_peak_bytes, i) < nearest[0]:
+                nearest = ((est.memory_peak_bytes, i), est, par)  # ties go to the earlier in the order
             continue
         # The goodput factor is common to every candidate (one GPU count): bounds and the
         # K-th best stay in step time; the rank key carries the factor.
@@ -493,8 +494,8 @@ def _no_fit(model, cluster, job, nearest, eng, C, fixed, unpriced=()) -> NoFeasi
                 e = estimate(model, cluster, job, to_parallel(t, fixed), eng, C, validate=False)
             except InputError:
                 continue
-            if nearest is None or e.memory_peak_bytes < nearest[0]:
-                nearest = (e.memory_peak_bytes, e, e.parallel)
+            if nearest is None or e.memory_peak_bytes < nearest[0][0]:
+                nearest = ((e.memory_peak_bytes, 0), e, e.parallel)
     if nearest is None:
         return NoFeasiblePlan(f"no configuration of {model.name} fits on {cluster.num_gpus} x {cluster.gpu.id}")
     _, est, par = nearest
