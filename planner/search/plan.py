@@ -57,8 +57,11 @@ DEFAULT_TIME_LIMIT_S = 30.0
 MAX_CANDIDATES = 500_000
 TIME_LIMIT_S: ContextVar[float] = ContextVar("planner_time_limit_s", default=DEFAULT_TIME_LIMIT_S)
 # The nearest-miss hints search a larger cluster for a plan that fits; each such search is
-# bounded, and none of them looks for hints of its own.
-HINT_TIME_LIMIT_S = 5.0
+# bounded, and none of them looks for hints of its own. The bound is a count of exact
+# evaluations, so that a hint is the same on a fast machine and a loaded one (past it the best
+# plan found so far is the example); the time limit is only a safety net.
+HINT_EVALUATIONS = 400
+HINT_TIME_LIMIT_S = 15.0
 _HINTING: ContextVar[bool] = ContextVar("planner_hinting", default=False)
 
 
@@ -355,10 +358,11 @@ def plan(
             least[g] = (t, i)
     dead: set = set()
     alive: set = set()
+    hinting = _HINTING.get()  # a nearest-miss hint's search: bounded by HINT_EVALUATIONS as well
     for i, (lb, _, t, a2a) in enumerate(bounded):
         if len(kth) >= top_k and lb > -kth[0]:
             break
-        if time.perf_counter() > deadline:
+        if time.perf_counter() > deadline or (hinting and evaluated >= HINT_EVALUATIONS):
             raise _timed_out(limit, found, len(pool), evaluated, t0, eng.name, stats, "ranking", top_k)
         tp, pp, dp, cp, ep, v, mb, rec, z, sched = t
         f = flag_cache[(tp, z, pp > 1)]
