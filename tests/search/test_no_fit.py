@@ -58,3 +58,19 @@ def test_moe_nearest_miss_and_hints_name_the_expert_degree():
     assert more and all(" ep=" in h for h in more), exc.hints
     _, _, dense = _no_fit("llama3.1-405b", 8, Job(8192, 64))
     assert " ep=" not in str(dense)
+
+
+def test_the_more_gpus_hint_is_the_larger_clusters_best_plan():
+    """The more-GPUs hint is the planner's own search on the larger cluster, bounded by a count of
+    evaluations (not wall time, so the example is the same on any machine): where that search
+    needs fewer, the example is its best plan."""
+    import planner.search.plan as plan_mod
+
+    job = Job(8192, 64)
+    m, c, exc = _no_fit("llama3.1-405b", 16, job)
+    hint = next(h for h in exc.hints if "more GPUs" in h)
+    k = int(re.match(r"(\d+)x more GPUs", hint).group(1))
+    best = plan(m, make_cluster("h100-sxm5-80gb", 16 * k), job, top_k=1)
+    assert best.evaluated < plan_mod.HINT_EVALUATIONS
+    p = best.plans[0].parallel
+    assert f"tp={p.tp} pp={p.pp} dp={p.dp} cp={p.cp} recompute={p.recompute} zero={p.zero}" in hint, (hint, p)
