@@ -21,7 +21,7 @@ _LAYOUT_ROWS = 256
 
 def _layout_lines(v: PlanView) -> list[str]:
     p = v.parallel
-    lay = RankLayout(tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp, ep=p.ep)
+    lay = RankLayout(tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp, ep=p.ep, etp=p.etp)
     out = [
         "Rank layout (Megatron-core order tp-cp-ep-dp-pp, tp fastest; rank = node x gpus_per_node + local rank).",
     ]

@@ -205,8 +205,10 @@ def _check_common(v: PlanView) -> None:
             raise InputError("parallel.ep", p.ep, "1 for a dense model (no experts)")
         if m.moe.experts % p.ep:
             raise InputError("parallel.ep", p.ep, f"a divisor of the expert count ({m.moe.experts})")
-        if (p.dp * p.cp) % p.ep:
-            raise InputError("parallel.ep", p.ep, f"a divisor of dp x cp ({p.dp * p.cp}); experts borrow those ranks")
+        etp = p.etp or p.tp
+        if (p.tp * p.dp * p.cp) % (p.ep * etp):
+            raise InputError("parallel.ep", p.ep, f"ep x etp ({p.ep} x {etp}) dividing tp x dp x cp ({p.tp * p.dp * p.cp}): "
+                                                  "the expert grid tiles each stage (experts borrow those ranks)")
     if p.vpp > 1 and p.pp == 1:
         raise InputError("parallel.vpp", p.vpp, "1 when pp == 1 (virtual stages need pipeline parallelism)")
     if p.layers_per_stage is not None:

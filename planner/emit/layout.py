@@ -10,11 +10,12 @@ Convention implemented (Megatron-core ``parallel_state.initialize_model_parallel
   they sit inside a node when tp <= GPUs per node), then CP, then DP, and PP slowest.
   EP has size 1 on this grid.
 * Expert (MoE) layers use a second grid ETP x EP x EDP x PP = world over the *same* ranks,
-  with CP size 1 and ETP = TP (Megatron's default when ``--expert-tensor-parallel-size`` is
-  unset; the Megatron emitter passes it explicitly). EP is therefore carved out of the
-  dp x cp ranks of each pipeline stage: EDP = dp * cp / ep. With the default order the ep
-  index of a rank is ``(rank // tp) % ep`` within its stage block and the expert-data index
-  is ``(rank // (tp * ep)) % edp``.
+  with CP size 1 (Megatron-core's ``expert_decoder_rank_generator``; ETP = TP by default when
+  ``--expert-tensor-parallel-size`` is unset; the Megatron emitter passes it explicitly).
+  EP is carved out of the tp x dp x cp ranks of each pipeline stage: EDP = tp * dp * cp /
+  (etp * ep); with ETP = TP that is dp * cp / ep. With the default order the ep index of a
+  rank is ``(rank // etp) % ep`` within its stage block and the expert-data index is
+  ``(rank // (etp * ep)) % edp``.
 * PP groups are identical on both grids (Megatron asserts this).
 
 Groups are listed in Megatron's order (same ranks, same order as
@@ -49,7 +50,8 @@ _DIMS = ("tp", "cp", "ep", "dp", "pp")
 
 class RankCoord(NamedTuple):
     """Coordinates of one global rank. ``tp, cp, dp, pp`` on the dense grid; ``ep`` and ``edp``
-    (expert data-parallel index) on the expert grid, whose tensor index equals ``tp``."""
+    (expert data-parallel index) on the expert grid (whose tensor index is the rank's expert
+    tensor index, equal to ``tp`` where etp = tp)."""
 
     rank: int
     tp: int
@@ -95,9 +97,12 @@ class RankLayout:
     cp: int = 1
     ep: int = 1
     order: str = DEFAULT_ORDER
+    etp: int | None = None  # expert tensor parallelism; None: tp (Megatron-core's default)
 
     def __post_init__(self) -> None:
-        for d in _DIMS:
+        if self.etp is None:
+            object.__setattr__(self, "etp", self.tp)
+        for d in (*_DIMS, "etp"):
             v = getattr(self, d)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise InputError(f"layout.{d}", v, "a positive integer")
@@ -105,8 +110,9 @@ class RankLayout:
         if sorted(names) != sorted(_DIMS):
             raise InputError("layout.order", self.order, "a permutation of tp, cp, ep, dp, pp joined by '-'")
         object.__setattr__(self, "order", "-".join(names))
-        if (self.dp * self.cp) % self.ep:
-            raise InputError("layout.ep", self.ep, f"a divisor of dp x cp ({self.dp * self.cp})")
+        if (self.tp * self.dp * self.cp) % (self.ep * self.etp):
+            raise InputError("layout.ep", self.ep, f"ep x etp ({self.ep} x {self.etp}) dividing tp x dp x cp "
+                                                   f"({self.tp * self.dp * self.cp}): the expert grid tiles each stage")
         # Megatron-core: with PP not last, attention and MoE data-parallel sizes must match.
         if not names[-1] == "pp" and self.pp > 1 and self.expert_dp != self.dp:
             raise InputError("layout.order", self.order, "an order ending in pp when ep changes the data-parallel size")
@@ -117,11 +123,11 @@ class RankLayout:
 
     @property
     def expert_dp(self) -> int:
-        return self.dp * self.cp // self.ep
+        return self.tp * self.dp * self.cp // (self.ep * self.etp)
 
     def _sizes(self, expert: bool) -> dict[str, int]:
         if expert:
-            return {"tp": self.tp, "cp": 1, "ep": self.ep, "dp": self.expert_dp, "pp": self.pp}
+            return {"tp": self.etp, "cp": 1, "ep": self.ep, "dp": self.expert_dp, "pp": self.pp}
         return {"tp": self.tp, "cp": self.cp, "ep": 1, "dp": self.dp, "pp": self.pp}
 
     def _grid(self, expert: bool) -> tuple[list[str], list[int]]:
@@ -165,7 +171,7 @@ def layout_from_plan(plan_doc: dict, rank: int = 1, order: str = DEFAULT_ORDER) 
     from planner.emit.common import load_plan_view  # noqa: PLC0415  (keep layout importable alone)
 
     p = load_plan_view(plan_doc, rank).parallel
-    return RankLayout(tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp, ep=p.ep, order=order)
+    return RankLayout(tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp, ep=p.ep, order=order, etp=p.etp)
 
 
 def rank_coordinates(layout: RankLayout) -> list[RankCoord]:

@@ -64,16 +64,18 @@ def test_layout_from_plan_and_errors():
 def test_matches_megatron_core_rank_generator():
     pytest.importorskip("torch")
     ps = pytest.importorskip("megatron.core.parallel_state")
-    for tp, cp, dp, pp, ep in itertools.product([1, 2, 4], [1, 2], [1, 2, 4], [1, 2, 3], [1, 2, 4]):
-        if (dp * cp) % ep:
+    for tp, cp, dp, pp, ep, etp in itertools.product([1, 2, 4], [1, 2], [1, 2, 4], [1, 2, 3], [1, 2, 4, 8], [None, 1, 2]):
+        e = tp if etp is None else etp
+        if (tp * dp * cp) % (ep * e):
             continue
         for order in ("tp-cp-ep-dp-pp", "tp-pp-dp-cp-ep"):
             try:
-                lay = RankLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, order=order)
+                lay = RankLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, order=order, etp=etp)
             except InputError:
                 continue
             dense = ps.RankGenerator(tp=tp, ep=1, dp=dp, pp=pp, cp=cp, order=order)
-            expert = ps.RankGenerator(tp=tp, ep=ep, dp=dp * cp // ep, pp=pp, cp=1, order=order)
+            # Megatron-core's expert_decoder_rank_generator: tp = etp, cp = 1, dp = the expert data degree
+            expert = ps.RankGenerator(tp=e, ep=ep, dp=tp * dp * cp // (ep * e), pp=pp, cp=1, order=order)
             for tok in ("tp", "cp", "dp", "pp", "dp-cp", "tp-pp", "tp-cp"):
                 assert lay.groups(tok) == dense.get_ranks(tok), (tok, tp, cp, dp, pp, ep, order)
             for tok in ("ep", "dp", "tp", "tp-ep", "tp-ep-pp"):

@@ -59,6 +59,14 @@ def _a2a_overlap_doc(etp: int) -> dict:
     return doc
 
 
+def _ep_beyond_dp_doc() -> dict:
+    """DeepSeek-V3 on tp 8 x pp 32 x dp 4 with ep 8 over the tensor ranks too (etp 1: ep x etp
+    divides tp x dp x cp although ep does not divide dp x cp), a layout the search proposes."""
+    doc = copy.deepcopy(load("deepseek_v3_1024gpu"))
+    doc["plans"][0]["parallel"].update(ep=8, etp=1)
+    return doc
+
+
 def _flex_doc(backend: str) -> dict:
     """DeepSeek-V3 with Megatron-core's flex dispatcher on the DeepEP or HybridEP backend, with the overlap."""
     doc = _a2a_overlap_doc(1)
@@ -100,7 +108,7 @@ CASES.update({"layout-vpp1": (_layout_doc(1), 1), "layout-vpp2": (_layout_doc(2)
               "flex-deepep": (_flex_doc("deepep"), 3), "flex-hybridep": (_flex_doc("hybridep"), 3),
               "cuda-graph-layer": (_graph_doc("layer"), 1), "cuda-graph-full-iteration": (_graph_doc("full_iteration"), 1),
               "mtp": (_mtp_doc(), 1), "fp8-tensorwise": (_fp8_doc("tensorwise"), 1), "fp8-delayed": (_fp8_doc("delayed"), 1),
-              "ce-native": (_ce_doc("native"), 1)})
+              "ce-native": (_ce_doc("native"), 1), "ep-beyond-dp-etp1": (_ep_beyond_dp_doc(), 1)})
 
 
 def _controls() -> list[dict]:
