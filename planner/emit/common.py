@@ -18,6 +18,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from planner.errors import InputError
+from planner.cost.compute import gpu_generation
+from planner.cost.constants import DEFAULT_CONSTANTS
 from planner.cost.rules import tp_rule
 from planner.engines import Engine, check_engine, get_engine, resolve, tp_overlap_why
 from planner.io.loaders import make_cluster, model_from_dict
@@ -294,11 +296,18 @@ _FA1_HOW = {
 
 
 def attention_note(v: PlanView, engine: str) -> str | None:
-    """The launch files' note on a plan priced with FlashAttention-2's or -1's kernels (None otherwise)."""
+    """The launch files' note on a plan priced with FlashAttention-2's or -1's kernels, or with the
+    GPU's best flash kernels on an engine whose flash path runs FlashAttention-2 by default
+    (DeepSpeed: Hugging Face's SDPA) where the two differ (Hopper, Blackwell); None otherwise."""
     if v.parallel.attention == "fa2":
         return f"The plan prices FlashAttention-2's attention kernels: {_FA2_HOW.get(engine, 'run FlashAttention-2')}."
     if v.parallel.attention == "fa1":
         return f"The plan prices FlashAttention 1's attention kernels: {_FA1_HOW.get(engine, 'run flash-attn 1.x')}."
+    if (v.parallel.attention == "flash" and get_engine(engine).flash_kernel != "flash" and v.cluster is not None
+            and DEFAULT_CONSTANTS.FA2_ATTENTION_RATIO[gpu_generation(v.cluster.gpu)] < 1.0):
+        return ("The plan prices the GPU's fastest flash attention (cuDNN or FlashAttention-3), which the model code must "
+                "ask for: PyTorch SDPA runs FlashAttention-2 first unless told (torch.nn.attention.sdpa_kernel with "
+                "SDPBackend.CUDNN_ATTENTION first), about half as fast on this GPU.")
     return None
 
 

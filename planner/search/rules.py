@@ -39,6 +39,9 @@ def check_fixed(model, cluster, job, opts) -> None:
     if (why := cuda_graph_why(eng, model, fixed.get("cuda_graph"), fixed.get("recompute"))) is not None:
         raise InputError("parallel.cuda_graph", fixed["cuda_graph"], f"none {why}")
     mtp_rule(eng, model)
+    att = fixed.get("attention")
+    if att is not None and eng.attention_kernels and att not in eng.attention_kernels:  # as planner.estimate refuses it
+        raise InputError("parallel.attention", att, f"{' or '.join(eng.attention_kernels)} on {eng.name}")
     if job.fp8_param_gather and fixed.get("zero") == 0:
         raise InputError("parallel.zero", 0, "1 or more with job.fp8_param_gather (FP8 weights are gathered by a sharded optimizer or FSDP)")
     n = cluster.num_gpus

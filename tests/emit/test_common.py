@@ -147,3 +147,23 @@ def test_emit_all_prices_each_engine_and_leaves_out_those_it_does_not_fit():
     assert "Priced again on" in files["plan_summary.txt"]
     files, skipped = emit_bundle(load("llama8b_fsdp_64gpu"), "all", 1)
     assert "ds_config.json" not in files and "priced on megatron-deepspeed, the plan needs" in skipped["deepspeed"]
+
+
+def test_launch_notes_say_how_to_run_the_priced_attention_kernels():
+    """A plan priced with FlashAttention-2, or with the GPU's best flash kernels on DeepSpeed (whose
+    Hugging Face models run SDPA's FlashAttention-2 unless told), says how to get them; a flash plan
+    on Megatron-core (its own kernels) and on Ampere (where FA2 is the best) says nothing."""
+    from conftest import run_cli
+
+    def notes(gpu: str, engine: str, attention: str) -> str:
+        code, out, err = run_cli(["plan", "--model", "llama3.1-8b", "--gpu", gpu, "--gpus", "8", "-s", "4096", "-b", "32",
+                                  "--engine", engine, "--attention", attention, "--zero", "3" if engine == "deepspeed" else "1",
+                                  "--top", "1", "--json"])
+        assert code == 0, err
+        files, _ = emit_bundle(json.loads(out), "deepspeed" if engine == "deepspeed" else "megatron", 1)
+        return "\n".join(files.values())
+
+    assert "fastest flash attention" in notes("h100-sxm5-80gb", "deepspeed", "flash")
+    assert "FlashAttention-2's attention kernels" in notes("h100-sxm5-80gb", "deepspeed", "fa2")
+    assert "fastest flash attention" not in notes("a100-sxm4-80gb", "deepspeed", "flash")
+    assert "fastest flash attention" not in notes("h100-sxm5-80gb", "megatron-core", "flash")

@@ -210,6 +210,8 @@ def test_each_engine_runs_the_attention_kernels_its_flags_select():
     for engine, kind in (("megatron-deepspeed", "flash"), ("megatron-legacy", "fa2"), ("megatron-core", "fa1"), ("torchtitan", "fa1")):
         with pytest.raises(InputError, match=f"parallel.attention: got '{kind}'.* on {engine}"):
             estimate(model, cluster, job, ParallelConfig(tp=1, attention=kind), engine=engine)
+        with pytest.raises(InputError, match=f"parallel.attention: got '{kind}'.* on {engine}"):  # the search refuses it alike
+            plan(model, cluster, job, top_k=1, options=SearchOptions(engine=engine, fixed={"attention": kind}))
     free = plan(model, cluster, job, top_k=10, options=SearchOptions(engine="megatron-core"))
     assert {p.parallel.attention for p in free.plans} == {"flash"}
     fixed = plan(model, cluster, job, top_k=3, options=SearchOptions(engine="megatron-core", fixed={"attention": "fa2"}))
