@@ -59,11 +59,21 @@ class Change:
         return {k: (a.get(k), b.get(k)) for k in b if a.get(k) != b.get(k)}
 
 
-def _fixed(par: ParallelConfig, released: tuple, uncontrolled: tuple = ()) -> dict:
+def _uncontrolled(cj: CheckedJob) -> tuple:
+    """The fields the job's editor cannot write that the engine decides for a change. One the
+    job's file sets (Megatron-DeepSpeed's --use-flash-attn) stays as the file has it: the edit
+    leaves that line, so the changed job runs it too."""
+    return tuple(f for f in getattr(cj.editor, "uncontrolled", ())
+                 if getattr((cj.sources.get(f"parallel.{f}") or (None, None))[1], "kind", None) != "file")
+
+
+def _fixed(par: ParallelConfig, released: tuple, uncontrolled: tuple = (), held: tuple = ()) -> dict:
     """The job's fields held by a search: all but the released ones and those the job's format
-    does not set (the engine decides them, as it would for the change)."""
+    does not set (the engine decides them, as it would for the change); ``held``: fields the job's
+    file sets and its editor cannot change, held even when released."""
     keep = set(FIELDS) | {"layers_per_stage", "zero_shard_degree"}
-    return {k: v for k, v in par.as_dict().items() if k in keep and k not in released and k not in uncontrolled and v is not None}
+    return {k: v for k, v in par.as_dict().items()
+            if k in keep and (k not in released or k in held) and k not in uncontrolled and v is not None}
 
 
 MIN_GAIN = TIE_PCT / 100  # the fraction of the step a change must save to be listed: the plans' tie band
@@ -92,7 +102,9 @@ def best_changes(cj: CheckedJob, base: Estimate, k: int = 5, time_limit_s: float
         if left <= 0.05:
             break
         limit = max(0.05, left / (len(GROUPS) - n) if label != "everything" else left)
-        opts = SearchOptions(fixed=_fixed(cj.parallel, released, getattr(cj.editor, "uncontrolled", ())), engine=cj.engine,
+        unc = _uncontrolled(cj)
+        held = tuple(f for f in getattr(cj.editor, "uncontrolled", ()) if f not in unc)
+        opts = SearchOptions(fixed=_fixed(cj.parallel, released, unc, held), engine=cj.engine,
                              allow_tp_across_nodes=cross)
         try:
             res = plan(cj.model, cj.cluster, cj.job, top_k=1, options=opts, time_limit_s=limit)
@@ -105,7 +117,7 @@ def best_changes(cj: CheckedJob, base: Estimate, k: int = 5, time_limit_s: float
         if best is not None:
             _add(found, _priced(cj, f"release {label}", released, best.parallel, base, "search"))
     try:
-        unc = getattr(cj.editor, "uncontrolled", ())
+        unc = _uncontrolled(cj)
         for c in one_knob(cj.model, cj.cluster, cj.job, cj.parallel, cj.engine, None, base, k=12):
             par = c.parallel
             if par.tp == cj.parallel.tp:  # one knob: the job's own switches stay as written

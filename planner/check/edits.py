@@ -200,7 +200,7 @@ class JsonEditor:
             doc.setdefault("pipeline", {})["activation_checkpoint_interval"] = 1 if par.recompute == "full" else 0
         files = {str(self.path): _json_text(doc, self.path.read_text())}
         if self.script is not None:
-            sub = self.script.edit(cj, par, only=("tp", "pp", "cp"))
+            sub = self.script.edit(cj, par, only=("tp", "pp", "cp", "micro_batch_size", "recompute"))
             files.update(sub.files)
             summary += sub.summary
         else:

@@ -159,7 +159,13 @@ class ShellEditor:
         want = megatron_flags(par, cj.parallel, cj.model, p.legacy, cj.model.layers)
         a2a_overlap_companions(want, p)
         if only is not None:
-            keep = {"tp": ("--tensor-model-parallel-size",), "pp": ("--pipeline-model-parallel-size",) + _PIPE, "cp": ("--context-parallel-size",)}
+            # Megatron-DeepSpeed's script beside its JSON: the degrees, and the micro-batch and
+            # recompute it states as Megatron flags (--micro-batch-size, --checkpoint-activations /
+            # --recompute-*, DeepSpeed's --deepspeed-activation-checkpointing)
+            keep = {"tp": ("--tensor-model-parallel-size",), "pp": ("--pipeline-model-parallel-size",) + _PIPE, "cp": ("--context-parallel-size",),
+                    "micro_batch_size": ("--micro-batch-size",), "recompute": _REC + ("--deepspeed-activation-checkpointing",)}
+            if "recompute" in only and par.recompute == "none" and cj.parallel.recompute != "none":
+                want["--deepspeed-activation-checkpointing"] = None
             allowed = {f for k in only for f in keep[k]}
             want = {f: v for f, v in want.items() if f in allowed}
         return self.edit_flags(want)

@@ -79,3 +79,23 @@ def test_megatron_deepspeed_flash_attn_v1_is_read_as_flashattention_1(tmp_path):
         assert cj.sources["parallel.attention"][1].kind == "file"
         times[flag] = check_job(cj, top=1, time_limit_s=3).estimate.step_time_s
     assert times["--use-flash-attn"] == times["--use-flash-attn-v1"] > times["--use-flash-attn-v2"]
+
+
+def test_megatron_deepspeed_changes_keep_its_flash_flag_and_edit_its_script(tmp_path):
+    """The script's --use-flash-attn stays in every change (the edits cannot remove it, so the
+    searches hold it), and the micro-batch and recompute changes edit the script's Megatron flags
+    as well as the JSON: every change reads back as the configuration it was priced for."""
+    src = (FX / "megatron_deepspeed_gpt.sh").read_text()
+    script = tmp_path / "run.sh"
+    script.write_text(src.replace("--seq-length", "--use-flash-attn --seq-length", 1))
+    (tmp_path / "pipe_zero1.json").write_text((FX / "pipe_zero1.json").read_text())
+    cj = read_job([str(script)])
+    r = check_job(cj, top=5, time_limit_s=10)
+    assert r.changes and len(r.edits) == len(r.changes)
+    for ch, ed in zip(r.changes, r.edits):
+        assert ch.parallel.attention == "fa1", ch.label
+        assert ed.verified, (ch.label, ed.problem)
+    rec = next(ed for ch, ed in zip(r.changes, r.edits) if ch.parallel.recompute == "none")
+    assert any("--checkpoint-activations" in s for s in rec.summary), rec.summary
+    mbs = next(ed for ch, ed in zip(r.changes, r.edits) if ch.parallel.micro_batch_size != cj.parallel.micro_batch_size)
+    assert any("--micro-batch-size" in s for s in mbs.summary), mbs.summary
