@@ -183,6 +183,8 @@ def _cluster(d: Draft, o: Overrides) -> ClusterSpec:
     n = d.get("hardware.num_gpus")
     if n is None:
         raise InputError(f"{d.files[0]}: world size", None, "a GPU count the file or --gpus gives")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:  # before the node size is capped by it
+        raise InputError("hardware.num_gpus", n, "a positive integer", flag="--gpus" if o.gpus is not None else None)
     if o.cluster:
         c = load_cluster(o.cluster, num_gpus=n)
         d.set("hardware.gpu", c.gpu.id, "flag", f"--cluster {o.cluster}")

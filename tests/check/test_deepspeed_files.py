@@ -99,3 +99,12 @@ def test_megatron_deepspeed_changes_keep_its_flash_flag_and_edit_its_script(tmp_
     assert any("--checkpoint-activations" in s for s in rec.summary), rec.summary
     mbs = next(ed for ch, ed in zip(r.changes, r.edits) if ch.parallel.micro_batch_size != cj.parallel.micro_batch_size)
     assert any("--micro-batch-size" in s for s in mbs.summary), mbs.summary
+
+
+@pytest.mark.parametrize("gpus", ["-3", "0"])
+def test_a_bad_gpu_count_names_the_gpu_count(gpus):
+    """--gpus 0 or negative on a launch script names --gpus (it had named the node size it capped)."""
+    from conftest import run_cli
+
+    code, _, err = run_cli(["check", str(FX / "megatron_deepspeed_gpt.sh"), "--gpus", gpus])
+    assert code == 2 and f"--gpus: got {gpus}, expected a positive integer" in err, err
