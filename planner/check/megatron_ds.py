@@ -33,6 +33,8 @@ DS_FLAGS = {
     "--use-flash-attn-triton": (0, None, None, "FlashAttention (triton)"),
     "--ds-sequence-parallel-size": (1, "int", None, "Ulysses sequence parallelism"),
     "--num-key-value-heads": (1, "int", None, "KV heads (GQA)"),
+    "--normalization": (1, "str", ["layernorm", "rmsnorm"], "the norm (Megatron-DeepSpeed's spelling)"),
+    "--rotary-position-embeddings-theta": (1, "int", None, "rotary base"),
     "--no-query-key-layer-scaling": (0, None, None, "attention scaling"),
     "--ds-inference": (0, None, None, "inference"),
 }
@@ -50,6 +52,11 @@ def read_megatron_deepspeed(path: Path) -> Draft:
         d.set("parallel.pp", 1, "file", f"{p.line('--no-pipeline-parallel')} --no-pipeline-parallel")
     if p.has("--num-key-value-heads"):
         d.set("model.kv_heads", p.int("--num-key-value-heads"), "file", f"{p.line('--num-key-value-heads')} --num-key-value-heads")
+    if p.has("--normalization"):  # layernorm | rmsnorm here (Megatron-LM's LayerNorm | RMSNorm)
+        d.set("model.norm", p.one("--normalization"), "file", f"{p.line('--normalization')} --normalization")
+    if p.has("--rotary-position-embeddings-theta"):
+        d.set("model.rope_theta", float(p.int("--rotary-position-embeddings-theta")), "file",
+              f"{p.line('--rotary-position-embeddings-theta')} --rotary-position-embeddings-theta")
     if flag := next((f for f in ("--use-flash-attn-v2", "--use-flash-attn-triton", "--use-flash-attn-v1", "--use-flash-attn") if p.has(f)), None):
         d.post = [h for h in d.post if getattr(h, "__name__", "") != "by_gpu"]
         # --use-flash-attn-v2 (and the Triton form, priced alike): the flash-attn 2.x package, FlashAttention-2's

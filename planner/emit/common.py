@@ -277,8 +277,8 @@ _FLAG_FIELDS = ("sequence_parallel", "attention", "tp_comm_overlap", "async_tp_a
 # How each engine is told to run FlashAttention-2's kernels (ParallelConfig.attention "fa2"), for the
 # launch files' notes: none of the emitted files can pin the kernel by themselves.
 _FA2_HOW = {
-    "megatron-deepspeed": "pass --use-flash-attn-v2 in TRAIN_ARGS (without it Megatron-DeepSpeed runs its fused softmax "
-                          "over the full s x s square, far slower and larger)",
+    "megatron-deepspeed": "TRAIN_ARGS pass --use-flash-attn-v2 (the flash-attn 2.x package must be installed; without the flag "
+                          "Megatron-DeepSpeed runs its fused softmax over the full s x s square, far slower and larger)",
     "megatron-core": "Transformer Engine picks cuDNN or FA3 on Hopper by default (--attention-backend auto), faster than priced; "
                      "--attention-backend flash with the flash-attn 2 package (and no flash-attn 3) runs FA2",
     "torchtitan": "torchtitan 0.2.x puts cuDNN first in SDPA (faster than priced); 0.3.0's FlexAttention is FA2-class",
@@ -290,8 +290,8 @@ _FA2_HOW = {
 # ... and the first FlashAttention's (ParallelConfig.attention "fa1"): only Megatron-DeepSpeed has a flag for it
 # (for_engine turns an fa1 plan into fa2 on the other engines, with a note).
 _FA1_HOW = {
-    "megatron-deepspeed": "pass --use-flash-attn-v1 in TRAIN_ARGS with the flash-attn 1.x package installed "
-                          "(--use-flash-attn-v2 with flash-attn 2.x runs about twice as fast in attention)",
+    "megatron-deepspeed": "TRAIN_ARGS pass --use-flash-attn-v1 (the flash-attn 1.x package must be installed; "
+                          "--use-flash-attn-v2 with flash-attn 2.x runs about twice as fast in attention)",
 }
 
 

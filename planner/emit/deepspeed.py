@@ -30,7 +30,7 @@ from planner.emit.common import LaunchSpec, PlanView, attention_note, comment, f
 from planner.errors import InputError
 
 __all__ = ["DEEPSPEED_TARGET", "DS_CONFIG", "deepspeed_engine", "deepspeed_view", "deepspeed_config", "deepspeed_launch_spec",
-           "deepspeed_files", "deepspeed_notes", "hostnames"]
+           "deepspeed_files", "deepspeed_notes", "hostnames", "megatron_deepspeed_args", "train_block"]
 
 DEEPSPEED_TARGET = "DeepSpeed 0.19.8"
 DS_CONFIG = "ds_config.json"
@@ -151,10 +151,11 @@ def deepspeed_notes(v: PlanView) -> list[str]:
                      f"W = {p.dp} and train_batch_size = {g}. Without an mpu DeepSpeed takes W = the world size ({v.world}) "
                      f"and derives {p.micro_batch_size * v.num_microbatches * v.world}: the steps are the same, its "
                      "sample counts (logs, sample-based schedules) are not.")
-    if p.tp > 1:
-        notes.append(f"Tensor parallelism {p.tp} is Megatron-DeepSpeed's (--tensor-model-parallel-size {p.tp} in its "
-                     "pretrain_gpt.py arguments), which passes its mpu to deepspeed.initialize.")
-    if p.pp > 1:
+    if eng == "megatron-deepspeed":
+        notes.append(f"Megatron-DeepSpeed runs it: TRAIN_ARGS below are its pretrain_gpt.py arguments (tensor parallelism "
+                     f"{p.tp} is its --tensor-model-parallel-size, its mpu goes to deepspeed.initialize; GPTModelPipe splits "
+                     f"the layers with partition_method='type:transformer', {list(v.stage_layers)} per stage as priced).")
+    elif p.pp > 1:
         notes.append(f"Pipeline degree is set in the training script: PipelineModule(layers, num_stages={p.pp}) "
                      f"(Megatron-DeepSpeed: --pipeline-model-parallel-size {p.pp}, whose GPTModelPipe partitions with "
                      f"partition_method='type:transformer'). The plan priced the transformer layers spread evenly, "
@@ -186,6 +187,60 @@ TRAIN_SCRIPT="${TRAIN_SCRIPT:-train.py}"
 TRAIN_ARGS=()
 """
 
+# Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed megatron/arguments.py): its pretrain_gpt.py with
+# the plan's degrees, model shape, batch, precision, recompute and attention kernel; data,
+# tokenizer and schedule are the user's.
+MDS_USER_BLOCK = """\
+# ---- not decided by the planner: data, tokenizer, schedule (edit) ----
+TRAIN_SCRIPT="${{TRAIN_SCRIPT:-pretrain_gpt.py}}"  # Megatron-DeepSpeed's, run from its checkout
+DATA_ARGS=(--data-path my_text_document --tokenizer-type NullTokenizer --vocab-size {vocab}
+    --train-iters 1000 --lr 1.0e-4 --min-lr 1.0e-5 --lr-decay-style cosine --lr-warmup-iters 100
+    --weight-decay 0.1 --clip-grad 1.0 --log-interval 1)
+"""
+
+
+def megatron_deepspeed_args(v: PlanView) -> list[list[str]]:
+    """pretrain_gpt.py's arguments for the plan on Megatron-DeepSpeed (flag names from its
+    megatron/arguments.py: --use-flash-attn-v1/-v2, --checkpoint-activations, --no-pipeline-parallel,
+    --num-key-value-heads, --rotary-position-embeddings-theta, --zero-stage)."""
+    m, p, j = v.model, v.parallel, v.job
+    par = ["--tensor-model-parallel-size", str(p.tp), "--pipeline-model-parallel-size", str(p.pp)]
+    if p.pp == 1:
+        par.append("--no-pipeline-parallel")  # no PipelineModule (its GPTModelPipe needs pp > 1 to matter)
+    shape = ["--num-layers", str(m.layers), "--hidden-size", str(m.hidden), "--ffn-hidden-size", str(m.ffn_hidden),
+             "--num-attention-heads", str(m.heads)]
+    if m.kv_heads != m.heads:
+        shape += ["--num-key-value-heads", str(m.kv_heads)]
+    if m.head_dim and m.head_dim * m.heads != m.hidden:
+        shape += ["--kv-channels", str(m.head_dim)]
+    arch = []
+    if m.mlp == "swiglu":
+        arch.append("--swiglu")
+    if m.norm == "rmsnorm":
+        arch += ["--normalization", "rmsnorm"]
+    if (m.position_embedding or ("rope" if m.norm == "rmsnorm" else "learned")) == "rope":
+        arch += ["--use-rotary-position-embeddings", "--no-position-embedding"]
+        if m.rope_theta:
+            arch += ["--rotary-position-embeddings-theta", str(int(m.rope_theta))]
+    if not m.tied_embeddings:
+        arch.append("--untie-embeddings-and-output-weights")
+    if not m.bias:
+        arch.append("--disable-bias-linear")
+    seq = ["--seq-length", str(j.seq_len), "--max-position-embeddings", str(max(j.seq_len, m.max_seq_len or 0))]
+    batch = ["--micro-batch-size", str(p.micro_batch_size), "--global-batch-size", str(j.global_batch_size),
+             "--fp16" if j.precision == "fp16" else "--bf16", "--zero-stage", str(p.zero)]
+    mem = ["--checkpoint-activations", "--deepspeed-activation-checkpointing"] if p.recompute == "full" else []
+    mem += {"fa2": ["--use-flash-attn-v2"], "fa1": ["--use-flash-attn-v1"]}.get(p.attention or "", [])
+    return [line for line in (par, shape, arch, seq, batch, mem) if line]
+
+
+def train_block(v: PlanView, eng: str) -> str:
+    """The user block, and for Megatron-DeepSpeed the plan's own pretrain_gpt.py arguments."""
+    if eng != "megatron-deepspeed":
+        return TRAIN_BLOCK
+    lines = "\n".join("    " + " ".join(line) for line in megatron_deepspeed_args(v))
+    return MDS_USER_BLOCK.format(vocab=v.model.vocab) + "# ---- the plan ----\nTRAIN_ARGS=(\n" + lines + '\n    "${DATA_ARGS[@]}"\n)\n'
+
 
 def deepspeed_files(v: PlanView) -> dict[str, str]:
     v = deepspeed_view(v)[0]  # as DeepSpeed runs it, priced there (the provenance lines' prediction)
@@ -200,7 +255,7 @@ def deepspeed_files(v: PlanView) -> dict[str, str]:
         "# Start from the first host of the hostfile; DeepSpeed's launcher reaches the others over pdsh/ssh.\n",
         "set -euo pipefail\n\n",
         'MASTER_PORT="${MASTER_PORT:-29500}"\n',
-        TRAIN_BLOCK,
+        train_block(v, deepspeed_engine(v)),
         "\n",
         f'deepspeed --hostfile {HOSTFILE} --num_nodes {v.num_nodes} --num_gpus {v.gpus_per_node} '
         f'--master_addr {hosts[0]} --master_port "${{MASTER_PORT}}" \\\n'

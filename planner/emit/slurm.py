@@ -52,7 +52,7 @@ def _engine_parts(v: PlanView, engine: str) -> tuple[object, list[str], dict[str
         spec = ds.deepspeed_launch_spec(v)
         lines = provenance_lines(v, "DeepSpeed under SLURM (torchrun)", ds.DEEPSPEED_TARGET) + ds.deepspeed_notes(v)
         files = {k: c for k, c in ds.deepspeed_files(v).items() if k == ds.DS_CONFIG}
-        return spec, lines, files, ds.TRAIN_BLOCK
+        return spec, lines, files, ds.train_block(v, ds.deepspeed_engine(v))
     if engine == "torchtitan":
         spec = tt.torchtitan_launch_spec(v)
         target = tt.TORCHTITAN_TARGET if "--job.config_file" in spec.arg_lines[0] else "torchtitan 0.3.0 config module"

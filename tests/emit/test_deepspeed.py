@@ -8,7 +8,7 @@ import json
 import pytest
 
 from emit_helpers import bash_n, command_words, load
-from planner.emit import emit_files
+from planner.emit import emit_bundle, emit_files
 from planner.emit.common import load_plan_view
 from planner.errors import InputError
 
@@ -182,3 +182,34 @@ def test_gradient_dtype_is_the_predictions_where_deepspeed_allows_it(zero, grad_
         assert any("without ZeRO keeps them in the model dtype" in n for n in deepspeed_notes(v))
     else:
         assert cfg["data_types"] == {"grad_accum_dtype": want} and cfg["communication_data_type"] == want
+
+
+@pytest.mark.parametrize("argv", [
+    ["--model", "gpt3-13b", "--gpus", "32", "--gpu", "a100-sxm4-80gb", "-s", "2048", "-b", "512", "--attention", "fa2"],
+    ["--model", "llama3.1-8b", "--gpus", "16", "--gpu", "a100-sxm4-80gb", "-s", "4096", "-b", "64", "--attention", "fa1",
+     "--tp", "2", "--pp", "1", "--recompute", "full"],
+])
+def test_megatron_deepspeed_launch_runs_pretrain_gpt_with_the_plan(tmp_path, argv):
+    """A Megatron-DeepSpeed plan's DeepSpeed launch script runs its pretrain_gpt.py with the plan's
+    degrees, model shape (GQA, SwiGLU, RMSNorm, rotary base, untied, bias-free for Llama), batch,
+    precision, recompute and flash flag in TRAIN_ARGS, and `planner check` reads the script back
+    to the same prediction."""
+    import json
+
+    from conftest import run_cli
+    from planner.check import check_job, read_job
+
+    code, out, err = run_cli(["plan", *argv, "--engine", "megatron-deepspeed", "--top", "1", "--json"])
+    assert code == 0, err
+    doc = json.loads(out)
+    files, _ = emit_bundle(doc, "deepspeed", 1)
+    script = files["deepspeed_launch.sh"]
+    assert 'TRAIN_SCRIPT="${TRAIN_SCRIPT:-pretrain_gpt.py}"' in script
+    p = doc["plans"][0]["parallel"]
+    assert f"--tensor-model-parallel-size {p['tp']} --pipeline-model-parallel-size {p['pp']}" in script
+    assert ("--use-flash-attn-v2" if p["attention"] == "fa2" else "--use-flash-attn-v1") in script
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    cj = read_job([str(tmp_path / "deepspeed_launch.sh")])
+    assert cj.engine == "megatron-deepspeed" and cj.parallel.attention == p["attention"]
+    assert check_job(cj, top=0).estimate.step_time_s == pytest.approx(doc["plans"][0]["predicted"]["step_time_s"], rel=1e-9)
