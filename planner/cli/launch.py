@@ -37,7 +37,7 @@ def launch_command(
     plan: Path = typer.Argument(..., help="Plan document written by `planner plan --json`."),
     engine: str = typer.Option(..., "--engine", help=f"One of: {', '.join(ENGINES)}."),
     out: Path = typer.Option(..., "--out", help="Directory to write the files into (created if missing)."),
-    plan_rank: int = typer.Option(1, "--plan-rank", help="Which ranked plan of the document to emit."),
+    plan_rank: int = typer.Option(1, "--plan-rank", "--rank", "-r", help="Which ranked plan of the document to emit (--rank as explain and the pictures spell it)."),
     slurm_engine: str = typer.Option("megatron", "--slurm-engine", help=f"Engine the sbatch script starts: {', '.join(SLURM_ENGINES)}."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
 ) -> None:

@@ -167,3 +167,17 @@ def test_launch_notes_say_how_to_run_the_priced_attention_kernels():
     assert "FlashAttention-2's attention kernels" in notes("h100-sxm5-80gb", "deepspeed", "fa2")
     assert "fastest flash attention" not in notes("a100-sxm4-80gb", "deepspeed", "flash")
     assert "fastest flash attention" not in notes("h100-sxm5-80gb", "megatron-core", "flash")
+
+
+def test_launch_takes_rank_as_explain_spells_it(tmp_path):
+    """`planner launch --rank N` (explain's and the pictures' spelling) is --plan-rank N."""
+    from conftest import run_cli
+
+    doc = tmp_path / "plan.json"
+    doc.write_text(json.dumps(load("llama70b_64gpu")))
+    outs = {}
+    for flag in ("--rank", "--plan-rank"):
+        code, _, err = run_cli(["launch", str(doc), "--engine", "megatron", flag, "2", "--out", str(tmp_path / flag)])
+        assert code == 0, err
+        outs[flag] = (tmp_path / flag / "megatron_launch.sh").read_text()
+    assert outs["--rank"] == outs["--plan-rank"] and "plan rank 2" in outs["--rank"]
