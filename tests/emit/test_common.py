@@ -177,7 +177,7 @@ def test_launch_takes_rank_as_explain_spells_it(tmp_path):
     doc.write_text(json.dumps(load("llama70b_64gpu")))
     outs = {}
     for flag in ("--rank", "--plan-rank"):
-        code, _, err = run_cli(["launch", str(doc), "--engine", "megatron", flag, "2", "--out", str(tmp_path / flag)])
+        code, _, err = run_cli(["launch", str(doc), "--engine", "megatron", flag, "3", "--out", str(tmp_path / flag)])
         assert code == 0, err
         outs[flag] = (tmp_path / flag / "megatron_launch.sh").read_text()
-    assert outs["--rank"] == outs["--plan-rank"] and "plan rank 2" in outs["--rank"]
+    assert outs["--rank"] == outs["--plan-rank"] and "plan rank 3" in outs["--rank"]
