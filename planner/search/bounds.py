@@ -82,8 +82,12 @@ def states_bound_fn(model: ModelSpec, precision: str, C: Constants, min_first: i
             return 0.0
         return 1.0 if precision == "fp8" else 2.0
 
+    def kind_bytes(tp: int, ep: int, etp: int, b: float, be: float) -> list[float]:
+        """Bytes of one layer of each kind at b (be for the experts) bytes per parameter."""
+        return [((k["attention"] + k["mlp"]) / tp + k["norms"]) * b + k["experts"] / (etp * ep) * be for k in kinds]
+
     def per_layer(tp: int, ep: int, etp: int, b: float, be: float) -> float:
-        return min(((k["attention"] + k["mlp"]) / tp + k["norms"]) * b + k["experts"] / (etp * ep) * be for k in kinds)
+        return min(kind_bytes(tp, ep, etp, b, be))
 
     def bound(tp: int, pp: int, dp: int, cp: int, ep: int, zero: int, etp: int | None = None):
         etp = etp or tp
@@ -98,13 +102,13 @@ def states_bound_fn(model: ModelSpec, precision: str, C: Constants, min_first: i
             return (per_layer(tp, ep, etp, b, be), emb * b * emb_copies,
                     per_layer(tp, ep, etp, b_step, be_step), emb * b_step * emb_copies)
         b, be = b + b_step, be + be_step  # the optimizer-step moment holds both
-        per = per_layer(tp, ep, etp, b, be)
+        c = kind_bytes(tp, ep, etp, b, be)
+        per = min(c)
         layers = -(-model.layers // pp)  # some stage holds at least this many layers
         most = layers * per
         if len(kinds) > 1:
             # of two layer kinds: the fullest stage holds at most all of the cheaper kind, the
             # rest of its layers are the dearer; and some stage holds ceil(n_k / pp) of each kind k
-            c = [((k["attention"] + k["mlp"]) / tp + k["norms"]) * b + k["experts"] / (etp * ep) * be for k in kinds]
             cheap = 0 if c[0] <= c[1] else 1
             most = max(most + max(0, layers - counts[cheap]) * (c[1 - cheap] - c[cheap]),
                        *(-(-n // pp) * ck for n, ck in zip(counts, c)))
