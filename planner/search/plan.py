@@ -271,10 +271,11 @@ def plan(
         if i % 256 == 0 and time.perf_counter() > deadline:
             raise _timed_out(limit, [], len(pool), 0, t0, eng.name, stats, "bounding")
         tp, pp, dp, cp, ep, v, mb, rec, z, sched = t
+        etp = fixed.get("etp") or default_etp(tp, dp, cp, ep)  # the expert tensor degree the candidate runs
         sk = (tp, pp, dp, cp, ep, z)
         states = states_cache.get(sk)
-        if states is None:  # with the expert tensor degree the candidate runs (below)
-            states = states_cache[sk] = states_of(*sk, fixed.get("etp") or default_etp(tp, dp, cp, ep))
+        if states is None:
+            states = states_cache[sk] = states_of(*sk, etp)
         if states > cap:
             # unpriced misses rank by their model states, then the least activation memory
             # (full recompute, the smallest micro-batch): the one _no_fit prices
@@ -284,7 +285,6 @@ def plan(
         if fk not in flag_cache:
             flag_cache[fk] = engine_flags(eng, cluster.gpu, tp, z, given, pp, cluster.nvlink_domain)
         f = flag_cache[fk]
-        etp = fixed.get("etp") or default_etp(tp, dp, cp, ep)
         a2a = fixed.get("moe_a2a_overlap")
         if a2a is None:
             a2a = a2a_overlap_why(eng, model, ep, rec, pp, v, sched, zero=z, graph=graph) is None
@@ -297,20 +297,18 @@ def plan(
             p2p_cache[pk] = p2p_per_stage(model, cluster, job, pk, C, eng.overlap_p2p_comm) if pp > 1 else 0.0
         lb = step_lower_bound(model.layers, pp, v, m, per_layer_cache[lk], p2p_cache[pk], C.STEP_OVERHEAD_S, split_unit(v, eng),
                               pipeline_form(sched, m, v, pp))
-        bounded.append((lb, _tuple_key(t), t, a2a))
+        bounded.append((lb, _tuple_key(t), t, a2a, etp))
     bounded.sort(key=lambda x: (x[0], x[1]))
     kth: list[float] = []  # max-heap (negated) of the K best exact times so far
     found: list = []
     evaluated = 0
     lps_fixed = tuple(fixed["layers_per_stage"]) if fixed.get("layers_per_stage") else None
 
-    def configure(t: tuple, a2a: bool) -> tuple[ParallelConfig, tuple, bool]:
+    def configure(t: tuple, a2a: bool, etp: int) -> tuple[ParallelConfig, tuple, bool]:
         """The candidate as priced: its flags, its default (or fixed) layer split, whether an
         uneven split may be searched."""
         tp, pp, dp, cp, ep, v, mb, rec, z, sched = t
-        par = to_parallel(t, fixed).replace(**flag_cache[(tp, z, pp > 1)])
-        if par.etp is None:
-            par = par.replace(etp=default_etp(tp, dp, cp, ep))
+        par = to_parallel(t, fixed).replace(**flag_cache[(tp, z, pp > 1)], etp=etp)
         if par.moe_a2a_overlap is None:
             par = par.replace(moe_a2a_overlap=a2a)  # the bound's (the engine's default, or the fixed value)
         if par.moe_dispatcher is None:
@@ -352,21 +350,20 @@ def plan(
     # other, or every stage is over), every member it dominates is skipped unpriced. Nothing that
     # fits is skipped, so the plans are the same; a job that fits nowhere is told so sooner.
     least: dict = {}  # group -> (its least-memory member, that member's place in the order)
-    for i, (_, _, t, a2a) in enumerate(bounded):
+    for i, (_, _, t, a2a, _) in enumerate(bounded):
         g = (*t[:6], t[8], t[9], a2a)
         if g not in least or (t[6], -_REC[t[7]]) < (least[g][0][6], -_REC[least[g][0][7]]):
             least[g] = (t, i)
     dead: set = set()
     alive: set = set()
     hinting = _HINTING.get()  # a nearest-miss hint's search: bounded by HINT_EVALUATIONS as well
-    for i, (lb, _, t, a2a) in enumerate(bounded):
+    for i, (lb, _, t, a2a, etp) in enumerate(bounded):
         if len(kth) >= top_k and lb > -kth[0]:
             break
         if time.perf_counter() > deadline or (hinting and evaluated >= HINT_EVALUATIONS):
             raise _timed_out(limit, found, len(pool), evaluated, t0, eng.name, stats, "ranking", top_k)
         tp, pp, dp, cp, ep, v, mb, rec, z, sched = t
         f = flag_cache[(tp, z, pp > 1)]
-        etp = fixed.get("etp") or default_etp(tp, dp, cp, ep)
         if not may_fit(tp, pp, dp, cp, ep, v, mb, rec, z, sched, f["sequence_parallel"], is_flash(f["attention"]), split_unit(v, eng), etp):
             stats.memory_pruned += 1  # no layer split fits (model states and in-flight activations alone)
             unpriced.append(((states_cache[(tp, pp, dp, cp, ep, z)], -_REC[rec], mb, -tp * ep), t))
@@ -375,7 +372,7 @@ def plan(
         if g in dead and least[g][0][6] <= mb and _REC[least[g][0][7]] >= _REC[rec]:
             stats.memory_pruned += 1  # its group's least-memory member misses under every split tried
             continue
-        par, lps, may_split = configure(t, a2a)
+        par, lps, may_split = configure(t, a2a, etp)
         evaluated += 1
         if len(kth) >= top_k:
             # With K plans found, a candidate slower than the K-th under every split cannot
@@ -392,7 +389,7 @@ def plan(
             if not may_fit(*xt, f["sequence_parallel"], is_flash(f["attention"]), split_unit(v, eng), etp):
                 dead.add(g)  # even its memory bound misses
             else:
-                xpar, xlps, xsplit = configure(xt, a2a)
+                xpar, xlps, xsplit = configure(xt, a2a, etp)  # same tp, dp, cp, ep: same etp
                 x = est if xt == t and est.layers_per_stage == tuple(xlps) else price(model, cluster, job, xpar, xlps, eng, C)
                 # no split fits it: it has one, or every stage is over (split_may_help's rule)
                 if not x.fits and (not xsplit or all(st.total_bytes > cap for st in x.stages)):
