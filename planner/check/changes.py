@@ -97,13 +97,13 @@ def best_changes(cj: CheckedJob, base: Estimate, k: int = 5, time_limit_s: float
     found: dict = {}
     cross = cj.parallel.tp > cj.cluster.nvlink_domain
     deadline = time.perf_counter() + time_limit_s
+    unc = _uncontrolled(cj)  # what the engine decides for a change; the rest of the editor's blind spots are held
+    held = tuple(f for f in getattr(cj.editor, "uncontrolled", ()) if f not in unc)
     for n, (label, released) in enumerate(GROUPS):
         left = deadline - time.perf_counter()
         if left <= 0.05:
             break
         limit = max(0.05, left / (len(GROUPS) - n) if label != "everything" else left)
-        unc = _uncontrolled(cj)
-        held = tuple(f for f in getattr(cj.editor, "uncontrolled", ()) if f not in unc)
         opts = SearchOptions(fixed=_fixed(cj.parallel, released, unc, held), engine=cj.engine,
                              allow_tp_across_nodes=cross)
         try:
@@ -117,7 +117,6 @@ def best_changes(cj: CheckedJob, base: Estimate, k: int = 5, time_limit_s: float
         if best is not None:
             _add(found, _priced(cj, f"release {label}", released, best.parallel, base, "search"))
     try:
-        unc = _uncontrolled(cj)
         for c in one_knob(cj.model, cj.cluster, cj.job, cj.parallel, cj.engine, None, base, k=12):
             par = c.parallel
             if par.tp == cj.parallel.tp:  # one knob: the job's own switches stay as written
