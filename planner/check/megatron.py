@@ -213,7 +213,8 @@ def _model(d: Draft, p: Parsed) -> None:
     mlp = "swiglu" if glu else ("relu2" if p.has("--squared-relu") else "gelu")
     _set(d, "model.mlp", mlp, p, "--swiglu" if p.has("--swiglu") else ("--quick-geglu" if glu else "--squared-relu"),
          "Megatron default: GeLU MLP")
-    norm = "rmsnorm" if p.one("--normalization") == "RMSNorm" else "layernorm"
+    # RMSNorm (Megatron-LM), rmsnorm (Megatron-DeepSpeed, whose flag table megatron_ds.DS_FLAGS gives)
+    norm = "rmsnorm" if (p.one("--normalization") or "").lower() == "rmsnorm" else "layernorm"
     _set(d, "model.norm", norm, p, "--normalization", "Megatron default: LayerNorm (transformer_config.py:256)")
     _set(d, "model.bias", not p.has("--disable-bias-linear"), p, "--disable-bias-linear", "Megatron default: linear biases")
     _set(d, "model.tied_embeddings", not p.has("--untie-embeddings-and-output-weights"), p, "--untie-embeddings-and-output-weights",

@@ -52,8 +52,6 @@ def read_megatron_deepspeed(path: Path) -> Draft:
         d.set("parallel.pp", 1, "file", f"{p.line('--no-pipeline-parallel')} --no-pipeline-parallel")
     if p.has("--num-key-value-heads"):
         d.set("model.kv_heads", p.int("--num-key-value-heads"), "file", f"{p.line('--num-key-value-heads')} --num-key-value-heads")
-    if p.has("--normalization"):  # layernorm | rmsnorm here (Megatron-LM's LayerNorm | RMSNorm)
-        d.set("model.norm", p.one("--normalization"), "file", f"{p.line('--normalization')} --normalization")
     if p.has("--rotary-position-embeddings-theta"):
         d.set("model.rope_theta", float(p.int("--rotary-position-embeddings-theta")), "file",
               f"{p.line('--rotary-position-embeddings-theta')} --rotary-position-embeddings-theta")
