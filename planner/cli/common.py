@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from planner import __version__
 from planner.errors import InputError
-from planner.io.loaders import load_cluster, load_model, make_cluster, read_mapping, run_from_dict
+from planner.io.loaders import cluster_size_note, load_cluster, load_model, make_cluster, read_mapping, run_from_dict
 from planner.calibration.values import Calibration
 from planner.engines import AUTO, DEFAULT_ENGINE, get_engine
 from planner.search.space import SearchOptions
@@ -42,6 +42,7 @@ class Setup:
     gpu_id: str
     engine: str = DEFAULT_ENGINE
     calibration: Calibration = field(default_factory=Calibration)
+    notes: list[str] = field(default_factory=list)  # about the setup itself (a cluster preset grown past its size)
 
     @property
     def constants(self):
@@ -135,10 +136,12 @@ def setup_from_flags(
     m = load_model(model_id)
     if cluster:
         c = load_cluster(cluster, num_gpus=gpus)
+        notes = [n for n in [cluster_size_note(cluster, gpus)] if n]
         gpu_id = c.gpu.id
         if gpu and gpu != gpu_id:
             raise InputError("--gpu", gpu, f"the cluster's GPU ({gpu_id}) or nothing when --cluster is given")
     else:
+        notes = []
         gpu_id = _default(gpu, "gpu")
         inter = None
         if nic_gbps is not None or nics_per_node is not None or network is not None:
@@ -151,7 +154,7 @@ def setup_from_flags(
             inter = {"kind": _none(network, kind0), "gbps_per_nic": _none(nic_gbps, gbps0), "nics_per_node": _none(nics_per_node, nics0)}
         c = make_cluster(gpu_id, _default(gpus, "gpus"), gpus_per_node, inter)
     job = Job(_default(seq_len, "seq_len"), _default(global_batch_size, "global_batch_size"), _default(precision, "precision"))
-    return Setup(m, c, job, fixed, model_id, gpu_id)
+    return Setup(m, c, job, fixed, model_id, gpu_id, notes=notes)
 
 
 def _none(value, default):
@@ -273,6 +276,8 @@ def plan_document(setup: Setup, plans: list, search: dict | None) -> dict:
     }
     if search is not None:
         doc["search"] = search
+    if setup.notes:
+        doc["notes"] = list(setup.notes)
     return doc
 
 

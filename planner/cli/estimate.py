@@ -85,7 +85,7 @@ def estimate_cmd(
             unset.append(f"cross_entropy={est.cross_entropy}")
         if unset:
             con.print(f"unset, as the planner's {setup.engine} launch files run it: " + ", ".join(unset))
-        for note in est.notes:  # causal MFU, FP8 MFU over the FP8 peak, a TP group across domains, ...
+        for note in [*est.notes, *setup.notes]:  # causal MFU, FP8 MFU over the FP8 peak, a TP group across domains, ...
             con.print("note: " + note, style="dim", highlight=False)
         if (notes := import_notes(setup.model)) is not None:
             con.print(notes, style="dim")

@@ -142,6 +142,8 @@ def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, net
         con.print(wrap(notes), style="dim")
     if (note := positions_note(setup.model, j.seq_len)) is not None:
         con.print(wrap("note: " + note), style="dim")
+    for note in setup.notes:
+        con.print(wrap("note: " + note), style="dim")
     for line in gp_text:
         con.print(wrap(line), highlight=False, soft_wrap=True)
     if explain:

@@ -37,6 +37,7 @@ __all__ = [
     "model_from_dict",
     "make_cluster",
     "load_cluster",
+    "cluster_size_note",
     "load_runs",
     "Run",
     "run_from_dict",
@@ -268,6 +269,32 @@ def make_cluster(
                        collective_latency_s=NCCL_CALL_LATENCY_S)
 
 
+def _cluster_mapping(name_or_path: str) -> tuple[dict, str]:
+    """The checked mapping of a cluster preset id or file, and where it came from (for errors)."""
+    p = Path(name_or_path)
+    d = read_mapping(p) if p.suffix in (".yaml", ".yml", ".json") or p.is_file() else read_preset("clusters", name_or_path)
+    where = str(p) if p.is_file() else f"cluster[{name_or_path}]"
+    V.check_mapping(d, V.CLUSTER_SCHEMA, where)
+    return d, where
+
+
+def cluster_size_note(name_or_path: str, num_gpus: int | None) -> str | None:
+    """A note when ``num_gpus`` is more GPUs than the cluster preset or file describes, else None:
+    the cluster is then priced as if its fabric grew to that size (same links, same tiers).
+
+    >>> cluster_size_note("dgx-h100-superpod", 2048)[:28]
+    '--gpus 2048 is more than the'
+    >>> cluster_size_note("dgx-h100-superpod", 1016) is None
+    True
+    """
+    d, where = _cluster_mapping(name_or_path)
+    size = _int(d, "num_gpus", where)
+    if num_gpus is None or num_gpus <= size:
+        return None
+    return (f"--gpus {num_gpus} is more than the {size} GPUs of {d.get('name', name_or_path)}; "
+            "priced as if its fabric grew to that size (same links, tiers and oversubscription)")
+
+
 def load_cluster(name_or_path: str, num_gpus: int | None = None) -> ClusterSpec:
     """A cluster preset id (``planner hw list``) or a YAML/JSON cluster file, optionally resized.
 
@@ -275,10 +302,7 @@ def load_cluster(name_or_path: str, num_gpus: int | None = None) -> ClusterSpec:
     >>> c.gpu.id, c.nvlink_domain
     ('gb200', 72)
     """
-    p = Path(name_or_path)
-    d = read_mapping(p) if p.suffix in (".yaml", ".yml", ".json") or p.is_file() else read_preset("clusters", name_or_path)
-    where = str(p) if p.is_file() else f"cluster[{name_or_path}]"
-    V.check_mapping(d, V.CLUSTER_SCHEMA, where)
+    d, where = _cluster_mapping(name_or_path)
     return make_cluster(
         d["gpu"],
         num_gpus or _int(d, "num_gpus", where),

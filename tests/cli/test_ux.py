@@ -203,6 +203,26 @@ def _runs_file(tmp_path: Path) -> Path:
     return path
 
 
+def test_gpus_beyond_a_cluster_preset_are_noted(capsys):
+    """A cluster preset grown past its own size is priced, with a note saying so (text and JSON)."""
+    grown = ["--model", "llama3.1-8b", "--cluster", "dgx-h100-superpod", "-b", "512"]
+    code, out, err = run(capsys, "plan", *grown, "--gpus", "2048", "--top", "1")
+    assert code == 0, err
+    assert "--gpus 2048 is more than the 1016 GPUs of DGX SuperPOD" in " ".join(out.split())
+    code, out, err = run(capsys, "estimate", *grown, "--gpus", "2048", "--tp", "4")
+    assert code == 0, err
+    assert "is more than the 1016 GPUs" in out
+    code, out, err = run(capsys, "plan", *grown, "--gpus", "2048", "--top", "1", "--json")
+    doc = json.loads(out)
+    _validator("plan").validate(doc)
+    assert doc["notes"] == ["--gpus 2048 is more than the 1016 GPUs of DGX SuperPOD (DGX H100, NDR InfiniBand); "
+                            "priced as if its fabric grew to that size (same links, tiers and oversubscription)"]
+    code, out, err = run(capsys, "plan", *grown, "--gpus", "256", "--top", "1", "--json")
+    assert code == 0 and "notes" not in json.loads(out)
+    code, out, err = run(capsys, "plan", *grown, "--gpus", "256", "--top", "1")
+    assert code == 0 and "more than the" not in out
+
+
 def test_json_outputs_match_the_shipped_schemas(capsys, tmp_path):
     code, out, err = run(capsys, "plan", *SMALL, "--top", "3", "--explain", "--json")
     assert code == 0, err
