@@ -253,7 +253,7 @@ def plan_document(setup: Setup, plans: list, search: dict | None) -> dict:
     }
     hardware = {
         "gpu": c.gpu.id, "num_gpus": c.num_gpus, "gpus_per_node": c.gpus_per_node, "num_nodes": c.num_nodes,
-        "nvlink_domain": c.nvlink_domain, "memory_bytes_per_gpu": c.gpu.memory_bytes,
+        "nvlink_domain": c.nvlink_domain, "memory_bytes_per_gpu": round(c.gpu.memory_bytes),
         "inter_node": {"kind": c.inter.kind, "gbps_per_nic": c.inter.gbps_per_nic, "nics_per_node": c.inter.nics_per_node,
                        "latency_us": c.inter.latency_s * 1e6, "efficiency": c.inter.efficiency,
                        "oversubscription": c.inter.oversubscription, "rail_optimized": c.inter.rail_optimized,

@@ -135,7 +135,7 @@ class Estimate:
             "memory_peak_bytes": self.memory_peak_bytes,
             "memory_allocated_peak_bytes": self.memory_allocated_peak_bytes,
             "memory_reserved_peak_bytes": self.memory_reserved_peak_bytes,
-            "memory_capacity_bytes": self.memory_capacity_bytes,
+            "memory_capacity_bytes": round(self.memory_capacity_bytes),  # whole bytes (the GPU preset's capacity)
             "memory_margin": self.memory_margin,
             "memory_usable_bytes": self.memory_usable_bytes,
             "memory_peak_stage": self.memory_peak_stage,

@@ -4,7 +4,7 @@ divisibility rules every engine shares (each written once, here) and the engine'
 
 from __future__ import annotations
 
-from planner.engines import Engine, check_engine, cp_attention_why, supports_flash, tp_overlap_why
+from planner.engines import Engine, check_engine, cp_attention_why, flash_kernel_why, tp_overlap_why
 from planner.errors import InputError
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig, is_flash
 
@@ -65,6 +65,6 @@ def check_parallel(model: ModelSpec, cluster: ClusterSpec, job: Job, par: Parall
         raise InputError("parallel.cp", par.cp, f"1 on {engine.name} {why}")
     if par.tp_comm_overlap and par.tp > cluster.nvlink_domain:
         raise InputError("parallel.tp_comm_overlap", True, f"false: {tp_overlap_why(engine, par.tp, True, cluster.nvlink_domain)}")
-    if is_flash(par.attention) and not supports_flash(cluster.gpu):
-        raise InputError("parallel.attention", par.attention, f"unfused on {cluster.gpu.id} (no flash-attention kernel: FlashAttention needs Ampere or newer)")
+    if (why := flash_kernel_why(par.attention, cluster.gpu)) is not None:
+        raise InputError("parallel.attention", par.attention, why)
     check_engine(model, job, par, engine, lps)

@@ -23,7 +23,7 @@ from planner.engines.profile import Engine, has_dropout
 from planner.errors import InputError
 from planner.specs import ENGINE_FIELDS, ClusterSpec, GpuSpec, Job, ModelSpec, ParallelConfig, is_flash
 
-__all__ = ["supports_flash", "resolve", "engine_flags", "check_engine", "default_split", "interleaving_ok", "least_layers", "default_etp",
+__all__ = ["supports_flash", "flash_kernel_why", "resolve", "engine_flags", "check_engine", "default_split", "interleaving_ok", "least_layers", "default_etp",
            "a2a_overlap_runs", "a2a_overlap_why", "flex_dispatcher_why", "cuda_graph_why"]
 
 
@@ -31,6 +31,22 @@ def supports_flash(gpu: GpuSpec) -> bool:
     """FlashAttention-2 needs Ampere or newer on NVIDIA (not V100); AMD CDNA3 (MI300X) runs it
     through Composable Kernel (ROCm/flash-attention)."""
     return gpu.id.startswith("mi") or gpu.peak("bf16") / 1e12 >= 200
+
+
+def flash_kernel_why(kernel: str | None, gpu: GpuSpec) -> str | None:
+    """Why ``gpu`` cannot run the attention kernel ``kernel`` (None: it can, or it is not flash).
+    FlashAttention 1 (flash-attn 1.0.x, the last before FlashAttention-2) builds CUDA kernels for
+    sm75, sm80 and sm90 only (Dao-AILab/flash-attention setup.py at 9af165c3, June 2023: "Turing,
+    Ampere, Ada, or Hopper GPUs"): none for Blackwell (sm100, no PTX to JIT) or AMD GPUs (ROCm's
+    flash-attention is FlashAttention-2)."""
+    if not is_flash(kernel):
+        return None
+    if not supports_flash(gpu):
+        return f"unfused on {gpu.id} (no flash-attention kernel: FlashAttention needs Ampere or newer)"
+    if kernel == "fa1" and (gpu.id.startswith("mi") or gpu.mx_formats):
+        return (f"fa2 or unfused on {gpu.id} (FlashAttention 1 builds for Turing to Hopper only, sm75-sm90; "
+                "none for Blackwell or AMD GPUs)")
+    return None
 
 
 def _even(layers: int, pp: int) -> tuple[int, ...]:

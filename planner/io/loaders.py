@@ -99,7 +99,7 @@ def gpu_from_dict(d: dict, where: str = "gpu") -> GpuSpec:
     return GpuSpec(
         id=str(d.get("id", "custom")),
         name=str(d.get("name", d.get("id", "custom"))),
-        memory_bytes=_num(d, "memory_gib", where) * GIB,
+        memory_bytes=float(round(_num(d, "memory_gib", where) * GIB)),  # whole bytes (79.6 GiB is not)
         hbm_bandwidth_bytes_per_s=_num(d, "hbm_bandwidth_gbs", where) * 1e9,
         peak_flops={k: float(v) * 1e12 for k, v in peaks.items()},
         matmul_ceiling={k: float(v) for k, v in ceiling.items()},

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from planner.cost.rules import tp_ok, tp_rule
-from planner.engines import attention_kernel, cp_attention_why, precision_rule, cuda_graph_why, default_split, flex_dispatcher_why, get_engine, interleaving_ok, mtp_rule
+from planner.engines import attention_kernel, cp_attention_why, precision_rule, cuda_graph_why, default_split, flash_kernel_why, flex_dispatcher_why, get_engine, interleaving_ok, mtp_rule
 from planner.errors import InputError
 from planner.search.space import divisors
 from planner.specs import ParallelConfig
@@ -42,6 +42,8 @@ def check_fixed(model, cluster, job, opts) -> None:
     att = fixed.get("attention")
     if att is not None and eng.attention_kernels and att not in eng.attention_kernels:  # as planner.estimate refuses it
         raise InputError("parallel.attention", att, f"{' or '.join(eng.attention_kernels)} on {eng.name}")
+    if (why := flash_kernel_why(att, cluster.gpu)) is not None:  # as planner.estimate refuses it
+        raise InputError("parallel.attention", att, why)
     if job.fp8_param_gather and fixed.get("zero") == 0:
         raise InputError("parallel.zero", 0, "1 or more with job.fp8_param_gather (FP8 weights are gathered by a sharded optimizer or FSDP)")
     n = cluster.num_gpus

@@ -219,6 +219,31 @@ def test_each_engine_runs_the_attention_kernels_its_flags_select():
     assert fixed.plans[0].estimate.step_time_s > free.plans[0].estimate.step_time_s
 
 
+def test_attention_kernels_the_gpu_lacks_are_refused_by_estimate_and_plan_alike():
+    """FlashAttention 1 builds for sm75-sm90 only (no Blackwell, no AMD); no flash kernel at all
+    before Ampere. A fixed kernel the GPU cannot run is one InputError naming the GPU, from the
+    estimate and the search alike (the search used to price it as if it ran)."""
+    from planner.errors import InputError  # noqa: PLC0415
+    from planner.specs import ParallelConfig  # noqa: PLC0415
+
+    model, job = load_model("gpt3-1.3b"), Job(2048, 64)
+    refused = [("mi300x", "fa1", "bf16", "FlashAttention 1 builds for Turing to Hopper only"),
+               ("b200-sxm-180gb", "fa1", "bf16", "FlashAttention 1 builds for Turing to Hopper only"),
+               ("v100-sxm2-32gb", "fa2", "fp16", "unfused on v100-sxm2-32gb"),
+               ("v100-sxm2-32gb", "fa1", "fp16", "unfused on v100-sxm2-32gb")]
+    for gpu, kind, prec, why in refused:
+        cluster, j = make_cluster(gpu, 8), Job(2048, 64, prec)
+        with pytest.raises(InputError, match=f"parallel.attention: got '{kind}', expected .*{why}"):
+            estimate(model, cluster, j, ParallelConfig(tp=1, attention=kind), engine="megatron-deepspeed")
+        with pytest.raises(InputError, match=f"parallel.attention: got '{kind}', expected .*{why}"):
+            plan(model, cluster, j, top_k=1, options=SearchOptions(engine="megatron-deepspeed", fixed={"attention": kind}))
+    for gpu in ("a100-sxm4-80gb", "h100-sxm5-80gb"):  # sm80, sm90: FlashAttention 1 runs
+        got = plan(model, make_cluster(gpu, 8), job, top_k=1, options=SearchOptions(engine="megatron-deepspeed", fixed={"attention": "fa1"}))
+        assert got.plans[0].parallel.attention == "fa1"
+    got = plan(model, make_cluster("mi300x", 8), job, top_k=1, options=SearchOptions(engine="megatron-deepspeed", fixed={"attention": "fa2"}))
+    assert got.plans[0].parallel.attention == "fa2"  # ROCm's flash-attention is FlashAttention-2
+
+
 def test_tp_communication_overlap_stays_inside_one_nvlink_domain():
     """Transformer Engine's userbuffers (and torch symmetric memory for torchtitan's async TP)
     exchange through NVLink peer memory: a tensor-parallel group wider than the NVLink domain
