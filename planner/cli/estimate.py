@@ -13,7 +13,7 @@ from planner.cli.app import app
 from planner.cli.common import Setup, emit_json, plan_document, setup_from_cli
 from planner.units import fmt_precision
 from planner.errors import InputError
-from planner.report.tables import console, estimate_table, track, validation_table
+from planner.report.tables import console, estimate_table, track, validation_table, wrap
 
 __all__ = ["estimate_cmd", "validate_cmd", "parallel_from_setup"]
 
@@ -148,15 +148,15 @@ def validate_cmd(
         return
     con = console()
     con.print(Text("predicted vs measured", style="bold"))
-    con.print(validation_table(results, s))
+    con.print(validation_table(results, s, con.width))
     for x in refused:
         con.print(f"refused {x.id} ({x.engine}): {x.reason}", highlight=False, soft_wrap=True)
     if s["n"]:
         med = s["median_fill"]
-        con.print(f"step time: mean absolute error {s['mape_pct']:.1f}%  max {s['max_abs_error_pct']:.1f}%  n={s['n']} "
-                  f"(fastest fill); median fill {med['mape_pct']:.1f}% max {med['max_abs_error_pct']:.1f}%")
+        con.print(wrap(f"step time: mean absolute error {s['mape_pct']:.1f}%  max {s['max_abs_error_pct']:.1f}%  n={s['n']} "
+                       f"(fastest fill); median fill {med['mape_pct']:.1f}% max {med['max_abs_error_pct']:.1f}%"))
     if s["memory"]["n"]:
         mm = s["memory"]
-        con.print(f"memory: mean absolute error {mm['mape_pct']:.1f}%  max {mm['max_abs_error_pct']:.1f}%  n={mm['n']}; "
-                  f"{mm['within_-5_+15_pct']} within -5..+15%, {mm['under_by_more_than_5_pct']} under by more than 5%")
+        con.print(wrap(f"memory: mean absolute error {mm['mape_pct']:.1f}%  max {mm['max_abs_error_pct']:.1f}%  n={mm['n']}; "
+                       f"{mm['within_-5_+15_pct']} within -5..+15%, {mm['under_by_more_than_5_pct']} under by more than 5%"))
     con.print(f"refused {s['refused']} of {len(loaded)} runs")

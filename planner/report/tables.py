@@ -176,15 +176,37 @@ def estimate_table(e, title: str | None = None) -> Table:
     return e.__rich__()
 
 
-def validation_table(results: list, summary: dict) -> Table:
+def break_at_hyphens(text: str, width: int) -> str:
+    """``text`` on lines of at most ``width`` characters, broken after hyphens (a run id stays
+    readable and whole; a piece longer than ``width`` is left for the table to fold).
+
+    >>> print(break_at_hyphens("mb2606-llama31_405b-fp8-256gb200", 24))
+    mb2606-llama31_405b-fp8-
+    256gb200
+    >>> break_at_hyphens("short-id", 24)
+    'short-id'
+    """
+    if len(text) <= width:
+        return text
+    lines, line = [], ""
+    for piece in text.replace("-", "-\0").split("\0"):
+        if line and len(line) + len(piece) > width:
+            lines.append(line)
+            line = ""
+        line += piece
+    return "\n".join([*lines, line])
+
+
+def validation_table(results: list, summary: dict, width: int | None = None) -> Table:
     """Predicted vs measured per run: step time (fastest fill) where runs have it, peak memory
-    (in the counter the run measured) where they have that."""
+    (in the counter the run measured) where they have that. ``width``: the terminal's columns;
+    run ids too long for what the other columns leave are broken after hyphens."""
     has_step = any(r.measured_step_time_s for r in results)
     has_mem = any(r.memory_error_pct is not None for r in results)
     t = compact_table()
     cols = ["run", "tp/pp/dp/cp", "mb", "rec"] + (["pred", "meas", "err"] if has_step else []) + (["GiB", "meas", "err"] if has_mem else [])
     for i, col in enumerate(cols):
-        # a run's id is folded onto a second line when the terminal is narrow, never cut short
+        # a run's id goes onto a second line when the terminal is narrow, never cut short
         t.add_column(col, justify="left" if col in ("run", "rec", "tp/pp/dp/cp") else "right", no_wrap=col != "run",
                      overflow="fold" if col == "run" else "ellipsis")
 
@@ -194,6 +216,7 @@ def validation_table(results: list, summary: dict) -> Table:
         style = "green" if lo <= err <= hi else ("yellow" if abs(err) <= 25 else "red")
         return Text(f"{err:+.1f}%", style=style)
 
+    rows = []
     for r in results:
         p = r.parallel
         row = [r.id, f"{p.tp}/{p.pp}/{p.dp}/{p.cp}", str(p.micro_batch_size), "sel" if p.recompute == "selective" else p.recompute]
@@ -202,6 +225,14 @@ def validation_table(results: list, summary: dict) -> Table:
         if has_mem:
             meas = r.measured.get("memory_peak_bytes")
             row += [gib(r.predicted_memory_bytes()) if meas else "-", gib(meas) if meas else "-", err_text(r.memory_error_pct, -5, 15)]
+        rows.append(row)
+    if width is not None and rows:
+        # what the other columns take: their widest cell or header and the gap after it
+        others = sum(max(len(str(c)) for c in [col, *(row[i] for row in rows)]) + 2 for i, col in enumerate(cols) if i)
+        budget = max(12, width - others - 1)
+        for row in rows:
+            row[0] = break_at_hyphens(row[0], budget)
+    for row in rows:
         t.add_row(*row)
     return t
 

@@ -203,6 +203,26 @@ def _runs_file(tmp_path: Path) -> Path:
     return path
 
 
+def test_validate_breaks_long_run_ids_after_hyphens_in_80_columns(tmp_path):
+    """Piped, the validate table keeps 80 columns: a run id too long for its column goes onto a
+    second line after a hyphen (never cut, never split inside a word); the summary lines fold."""
+    model = read_preset("models", "llama3.1-8b")
+    long_id = "mb2606-llama31_8b-bf16-tokendrop-16h100-alternative-recipe"
+    runs = {"schema": "planner-runs/1", "runs": [
+        {"id": long_id, "model": model, "job": {"seq_len": 8192, "global_batch_size": 32, "precision": "bf16"},
+         "hardware": {"gpu": "h100-sxm5-80gb", "num_gpus": 16}, "parallel": {"tp": 2}, "measured": {"step_time_s": 3.0}}]}
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps(runs))
+    res = piped("validate", str(path))
+    assert res.returncode == 0, res.stderr
+    assert_plain_80(res.stdout)
+    lines = res.stdout.splitlines()
+    body = lines[[i for i, line in enumerate(lines) if line.startswith("─")][0] + 1:]
+    id_lines = [line.split()[0] for line in body[:4] if line.strip() and line.split()[0] in long_id]
+    assert "".join(id_lines) == long_id and len(id_lines) > 1
+    assert all(part.endswith("-") for part in id_lines[:-1])
+
+
 def test_gpus_beyond_a_cluster_preset_are_noted(capsys):
     """A cluster preset grown past its own size is priced, with a note saying so (text and JSON)."""
     grown = ["--model", "llama3.1-8b", "--cluster", "dgx-h100-superpod", "-b", "512"]
