@@ -147,6 +147,16 @@ def _with_command_line(o, cl: list):
 # --- JSON formats ------------------------------------------------------------------------------
 
 def _json_text(doc: dict, old: str) -> str:
+    """``doc`` as the text of the JSON file ``old``, changed in place where that is possible: each
+    changed scalar is rewritten where its key occurs once in the file, a new key goes into its
+    object after the opening brace; anything else (a removed key, a key named twice) re-writes the
+    file at its indentation. The result always parses back to ``doc``."""
+    try:
+        text = _json_in_place(doc, json.loads(old), old)
+    except (ValueError, KeyError):
+        text = None
+    if text is not None and json.loads(text) == doc:
+        return text
     indent = 2
     for line in old.splitlines()[1:3]:
         stripped = len(line) - len(line.lstrip(" "))
@@ -154,6 +164,47 @@ def _json_text(doc: dict, old: str) -> str:
             indent = stripped
             break
     return json.dumps(doc, indent=indent) + "\n"
+
+
+def _json_in_place(new: dict, old: dict, text: str, parent: str | None = None) -> str | None:
+    """``text`` with the scalars that differ between ``old`` and ``new`` replaced and the new keys
+    inserted; None when a change is not of that kind."""
+    import re  # noqa: PLC0415
+
+    if set(old) - set(new):
+        return None  # a removed key
+    for key, value in new.items():
+        if key in old and old[key] == value:
+            continue
+        if key in old and isinstance(old[key], dict) and isinstance(value, dict):
+            text = _json_in_place(value, old[key], text, key)
+            if text is None:
+                return None
+            continue
+        pattern = re.compile(r'("' + re.escape(key) + r'"\s*:\s*)(-?[0-9][0-9.eE+-]*|true|false|null|"(?:[^"\\]|\\.)*")')
+        if key in old:
+            hits = list(pattern.finditer(text))
+            if len(hits) != 1 or isinstance(value, (dict, list)) or isinstance(old[key], (dict, list)):
+                return None
+            h = hits[0]
+            text = text[:h.start(2)] + json.dumps(value) + text[h.end(2):]
+            continue
+        opener = re.compile(r"\A\s*\{" if parent is None else r'"' + re.escape(parent) + r'"\s*:\s*\{')
+        hits = list(opener.finditer(text))
+        if len(hits) != 1 or not old:
+            return None
+        at = hits[0].end()
+        first = re.compile(r"\s*(\S)").match(text, at)
+        if first is not None and "\n" not in text[at:first.start(1)]:  # an object on one line: the key joins it there
+            text = text[:first.start(1)] + json.dumps(key) + ": " + json.dumps(value) + ", " + text[first.start(1):]
+            continue
+        nxt = re.compile(r"\n([ \t]*)\S").search(text, at)
+        if nxt is None:
+            return None
+        indent = nxt.group(1)
+        item = json.dumps(value, indent=len(indent) or None).replace("\n", "\n" + indent)
+        text = text[:at] + "\n" + indent + json.dumps(key) + ": " + item + "," + text[at:]
+    return text
 
 
 class JsonEditor:

@@ -101,6 +101,40 @@ def test_megatron_deepspeed_changes_keep_its_flash_flag_and_edit_its_script(tmp_
     assert any("--micro-batch-size" in s for s in mbs.summary), mbs.summary
 
 
+def test_json_edits_change_only_the_lines_of_the_changed_settings(tmp_path):
+    """A DeepSpeed JSON written by hand (4-space indent, objects and lists on one line) keeps its
+    layout: a change rewrites the values it changes and adds the keys it adds, and leaves every
+    other line as it was; each edited file still parses to exactly the changed document."""
+    import json
+
+    from planner.check.edits import _json_text
+
+    text = ('{\n    "train_batch_size": 256,\n    "train_micro_batch_size_per_gpu": 2,\n    "gradient_accumulation_steps": 16,\n'
+            '    "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95]}},\n    "bf16": {"enabled": true},\n'
+            '    "zero_optimization": {\n        "stage": 1,\n        "reduce_bucket_size": 5e8\n    }\n}\n')
+    doc = json.loads(text)
+    doc["train_micro_batch_size_per_gpu"], doc["gradient_accumulation_steps"] = 4, 8
+    doc["zero_optimization"]["stage"], doc["zero_optimization"]["overlap_comm"] = 2, True
+    out = _json_text(doc, text)
+    assert json.loads(out) == doc
+    changed = [line for line in out.splitlines() if line not in text.splitlines()]
+    assert changed == ['    "train_micro_batch_size_per_gpu": 4,', '    "gradient_accumulation_steps": 8,',
+                       '        "overlap_comm": true,', '        "stage": 2,']
+    inline = json.loads(text)
+    inline["bf16"]["loss_scale"] = 0
+    assert '"bf16": {"loss_scale": 0, "enabled": true},' in _json_text(inline, text)
+    removed = json.loads(text)
+    del removed["bf16"]  # a removed key re-writes the file at its indentation
+    assert json.loads(_json_text(removed, text)) == removed and '\n    "train_batch_size": 256,' in _json_text(removed, text)
+    # the check of a real file: its diff touches only the settings it changes
+    path = tmp_path / "zero2_bf16.json"
+    path.write_text((FX / "zero2_bf16.json").read_text())
+    r = check_job(read_job([str(path)], Overrides(model="llama3.1-8b", gpus=16, extra={"job.seq_len": 4096})), top=3, time_limit_s=5)
+    for ed in r.edits:
+        minus = [line for line in ed.diff.splitlines() if line.startswith("-") and not line.startswith("---")]
+        assert len(minus) <= len(ed.summary), (ed.summary, ed.diff)
+
+
 @pytest.mark.parametrize("gpus", ["-3", "0"])
 def test_a_bad_gpu_count_names_the_gpu_count(gpus):
     """--gpus 0 or negative on a launch script names --gpus (it had named the node size it capped)."""
