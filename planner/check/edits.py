@@ -124,7 +124,8 @@ def verify(cj, ed: Edit, par: ParallelConfig, job: dict | None = None) -> None:
         bad = [(k, getattr(back.parallel, k), getattr(par, k)) for k in _same(back.parallel, par)]
         if back.flushes != cj.flushes:  # pipeline runs per step (torchtitan's local batch)
             bad.append(("pipeline flushes", back.flushes, cj.flushes))
-        bad += [(k, getattr(back.job, k), v) for k, v in (job or {}).items() if getattr(back.job, k) != v]
+        want = {"global_batch_size": cj.job.global_batch_size, "seq_len": cj.job.seq_len, **(job or {})}  # a change keeps the batch
+        bad += [(k, getattr(back.job, k), v) for k, v in want.items() if getattr(back.job, k) != v]
         ed.verified = not bad
         if bad:
             ed.problem = "read back differs in " + ", ".join(f"{k} ({a!r} vs {b!r})" for k, a, b in bad)

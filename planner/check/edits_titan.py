@@ -155,7 +155,12 @@ class TomlFileEditor:
             if key in self.overrides:
                 continue  # set on the command line, to this value
             have = cur.get(key)
-            if have == value or (have is None and old.get(key) == value and key not in _ALWAYS):
+            if key == "training.global_batch_size" and have in (None, -1):
+                # left to torchtitan's default, local_batch_size x the data-parallel degree: written
+                # only where the new layout would change that product
+                if new["training.local_batch_size"] * par.dp == value:
+                    continue
+            elif have == value or (have is None and old.get(key) == value and key not in _ALWAYS):
                 continue
             sec, name = key.rsplit(".", 1)
             lines = _toml_set(lines, sec, name, value)

@@ -101,6 +101,29 @@ def test_toml_edits_read_back(tmp_path):
     assert all("# tokens" in t or "seq_len" not in ed.diff for ed in r.edits for t in ed.files.values())  # comments kept
 
 
+def test_toml_edits_keep_the_global_batch_torchtitan_would_derive(tmp_path):
+    """A TOML without global_batch_size leaves it to torchtitan (local_batch_size x dp): a change
+    of micro-batch or of dp writes the global batch, or applying it would halve the batch; every
+    change reads back with the job's global batch."""
+    p = tmp_path / "job.toml"
+    p.write_text('[model]\nname = "llama3"\nflavor = "8B"\n\n[training]\nlocal_batch_size = 4\nseq_len = 8192\n\n'
+                 '[parallelism]\ndata_parallel_shard_degree = -1\ntensor_parallel_degree = 2\n\n'
+                 '[activation_checkpoint]\nmode = "selective"\n')
+    o = Overrides(gpus=32)
+    cj = read_job([str(p)], o)
+    assert cj.job.global_batch_size == 4 * 16
+    r = check_job(cj, top=5, time_limit_s=10)
+    assert r.edits and all(ed.verified for ed in r.edits), [ed.problem for ed in r.edits]
+    from planner.check.edits_titan import titan_settings  # noqa: PLC0415
+
+    for ch, ed in zip(r.changes, r.edits):
+        if titan_settings(cj, ch.parallel)["training.local_batch_size"] * ch.parallel.dp != 64:
+            assert "[training] global_batch_size = 64" in ed.summary, (ch.label, ed.summary)
+        else:
+            assert not any("global_batch_size" in line for line in ed.summary), (ch.label, ed.summary)
+    assert any("global_batch_size" in line for ed in r.edits for line in ed.summary)
+
+
 def test_plan_document_edits_read_back(tmp_path):
     from planner.cli.common import Setup, plan_document
 
