@@ -261,6 +261,17 @@ def test_json_outputs_match_the_shipped_schemas(capsys, tmp_path):
         from planner.cli.schema import schema_text  # noqa: PLC0415
 
         assert set(json.loads(schema_text(name))["$defs"]["parallel"]["properties"]["attention"]["enum"]) == set(ATTENTION_KINDS), name
+    # every cross-entropy kind a job can name is one the schemas allow (plan, estimate, check)
+    from planner.specs import CROSS_ENTROPY  # noqa: PLC0415
+
+    for name, where in (("plan", ("$defs", "job")), ("estimate", ("$defs", "job")), ("check", ("properties", "job"))):
+        node = json.loads(schema_text(name))
+        for key in where:
+            node = node[key]
+        assert set(node["properties"]["cross_entropy"]["enum"]) == set(CROSS_ENTROPY), name
+    code, out, err = run(capsys, "estimate", *SMALL, "--engine", "torchtitan", "--cross-entropy", "compiled", "--json")
+    assert code == 0, err
+    _validator("estimate").validate(json.loads(out))
     code, out, err = run(capsys, "estimate", *SMALL, "--tp", "2", "--attention", "fa2", "--json")
     assert code == 0, err
     _validator("estimate").validate(json.loads(out))
