@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -38,7 +39,7 @@ def launch_command(
     engine: str = typer.Option(..., "--engine", help=f"One of: {', '.join(ENGINES)}."),
     out: Path = typer.Option(..., "--out", help="Directory to write the files into (created if missing)."),
     plan_rank: int = typer.Option(1, "--plan-rank", "--rank", "-r", help="Which ranked plan of the document to emit (--rank as explain and the pictures spell it)."),
-    slurm_engine: str = typer.Option("megatron", "--slurm-engine", help=f"Engine the sbatch script starts: {', '.join(SLURM_ENGINES)}."),
+    slurm_engine: Optional[str] = typer.Option(None, "--slurm-engine", help=f"Engine the sbatch script starts: {', '.join(SLURM_ENGINES)} (default: the plan's engine's)."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
 ) -> None:
     """Write launch configurations (Megatron-LM, DeepSpeed, torchtitan, SLURM) for one plan.
@@ -49,7 +50,7 @@ def launch_command(
     """
     if engine not in ENGINES:
         raise InputError("--engine", engine, "one of " + ", ".join(ENGINES))
-    if slurm_engine not in SLURM_ENGINES:
+    if slurm_engine is not None and slurm_engine not in SLURM_ENGINES:
         raise InputError("--slurm-engine", slurm_engine, "one of " + ", ".join(SLURM_ENGINES))
     from planner.emit import emit_bundle, write_files  # noqa: PLC0415 (lazy: keeps start-up fast)
 

@@ -88,13 +88,23 @@ def _target(v, eng: str) -> str:
     return {"megatron": MEGATRON_ENGINE, "torchtitan": TITAN_ENGINE}[eng]
 
 
-def emit_bundle(plan_doc: dict, engine: str, rank: int = 1, slurm_engine: str = "megatron") -> tuple[dict[str, str], dict[str, str]]:
+def slurm_engine_of(v: PlanView) -> str:
+    """The launcher family an sbatch script starts for the plan's own engine: torchtitan's
+    ``run_train.sh`` for torchtitan plans, DeepSpeed's for DeepSpeed and Megatron-DeepSpeed ones,
+    Megatron-LM's torchrun for the rest."""
+    name = v.engine.name if v.engine is not None else ""
+    return "torchtitan" if name == "torchtitan" else "deepspeed" if "deepspeed" in name else "megatron"
+
+
+def emit_bundle(plan_doc: dict, engine: str, rank: int = 1, slurm_engine: str | None = None) -> tuple[dict[str, str], dict[str, str]]:
     """(files, skipped). ``engine="all"`` emits every engine that can express the plan (and an
     sbatch script for each) and reports the others in ``skipped`` (engine -> reason); it fails
-    only when none can. A single engine that cannot express the plan raises InputError."""
+    only when none can. A single engine that cannot express the plan raises InputError.
+    ``slurm_engine`` None: the plan's own engine's launcher (:func:`slurm_engine_of`)."""
     if engine not in ENGINES:
         raise InputError("engine", engine, "one of " + ", ".join(ENGINES))
     v = load_plan_view(plan_doc, rank)
+    slurm_engine = slurm_engine or slurm_engine_of(v)
     files: dict[str, str] = {}
     notes: list[str] = []
     skipped: dict[str, str] = {}
@@ -125,6 +135,6 @@ def emit_bundle(plan_doc: dict, engine: str, rank: int = 1, slurm_engine: str = 
     return files, skipped
 
 
-def emit_files(plan_doc: dict, engine: str, rank: int = 1, slurm_engine: str = "megatron") -> dict[str, str]:
+def emit_files(plan_doc: dict, engine: str, rank: int = 1, slurm_engine: str | None = None) -> dict[str, str]:
     """File name -> content for ``engine`` in megatron, deepspeed, torchtitan, slurm, all."""
     return emit_bundle(plan_doc, engine, rank, slurm_engine)[0]

@@ -71,3 +71,15 @@ def test_slurm_torchtitan_uses_the_030_module_when_022_cannot():
     assert "planner_torchtitan_config.py" in files and "torchtitan_job.toml" not in files
     words = command_words(files["slurm_torchtitan.sbatch"], "torchrun")
     assert words[words.index("--module") + 1] == "planner_torchtitan_config"
+
+
+@pytest.mark.parametrize("fixture,expect", [("torchtitan_qwen3_moe_pp_32gpu", "torchtitan"), ("gpt_dense_16gpu", "megatron")])
+def test_slurm_alone_starts_the_plans_own_engine(fixture, expect):
+    """`launch --engine slurm` without --slurm-engine writes the sbatch script of the plan's own
+    engine (a torchtitan plan got Megatron-LM's, which refused its ZeRO/pipeline layout)."""
+    from planner.emit.bundle import slurm_engine_of  # noqa: PLC0415
+
+    doc = load(fixture)
+    assert slurm_engine_of(load_plan_view(doc, 1)) == expect
+    files = emit_files(doc, "slurm", 1)
+    assert f"slurm_{expect}.sbatch" in files and not any(n.startswith("slurm_") and expect not in n for n in files)
