@@ -15,6 +15,7 @@ on the command line, or from the provenance a planner-written file carries (``_p
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 
@@ -28,6 +29,17 @@ __all__ = ["read_deepspeed_json", "is_deepspeed_json", "DS_KEYS"]
 DS_KEYS = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "fp16", "bf16", "zero_optimization",
            "activation_checkpointing", "pipeline", "data_types", "communication_data_type", "tensor_parallel", "expert_parallel",
            "sequence_parallel_size", "optimizer", "amp", "torch_autocast", "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer"}
+# The other top-level keys DeepSpeed 0.19.8 reads (runtime/constants.py and the feature configs
+# of docs/_pages/config-json.md): no effect on the step's cost, but a key near one of these (or of
+# DS_KEYS) that is neither is most likely a typo, which DeepSpeed ignores without a word.
+DS_OTHER_KEYS = {"gradient_clipping", "steps_per_print", "wall_clock_breakdown", "scheduler", "prescale_gradients",
+                 "gradient_predivide_factor", "sparse_gradients", "dump_state", "flops_profiler", "tensorboard", "wandb",
+                 "csv_monitor", "comet", "comms_logger", "checkpoint", "elasticity", "aio", "compression_training",
+                 "data_efficiency", "curriculum_learning", "autotuning", "memory_breakdown", "seq_parallel_communication_data_type",
+                 "eigenvalue", "progressive_layer_drop", "disable_allgather", "hybrid_engine", "nebula", "weight_quantization",
+                 "compile", "timers", "sparse_attention", "dataloader_drop_last", "use_data_before_expert_parallelism",
+                 "graph_harvesting", "bfloat16", "load_universal_checkpoint", "use_node_local_storage", "monitor_config",
+                 "gradient_accumulation_dtype", "zero_force_ds_cpu_optimizer", "checkpoint_parallel_write_pipeline"}
 _UNMODELLED_ZERO = {"offload_optimizer": "optimizer states on CPU/NVMe (GPU memory much lower, a PCIe copy per step)",
                     "offload_param": "weights on CPU/NVMe", "zero_hpz_partition_size": "ZeRO++ secondary weight partition",
                     "zero_quantized_weights": "ZeRO++ quantized weight gathers", "zero_quantized_gradients": "ZeRO++ quantized gradients",
@@ -78,11 +90,18 @@ def read_deepspeed_json(path: Path, base: Draft | None = None) -> Draft:
         if k == "_planner":
             continue
         if k not in DS_KEYS:
-            d.ignored.append(f"{k} (DeepSpeed config: no effect on the step's cost)")
-    if doc.get("fp16", {}).get("enabled") in (True, "auto") and doc.get("bf16", {}).get("enabled") is True:
+            near = None if k in DS_OTHER_KEYS else difflib.get_close_matches(k, sorted(DS_KEYS | DS_OTHER_KEYS), n=1, cutoff=0.8)
+            if near and near[0] not in doc:
+                d.findings.append(("unknown-key", f"{name}: {k} is not a DeepSpeed config key (did you mean {near[0]}?); DeepSpeed "
+                                                  "ignores top-level keys it does not know, so the job runs without it and is priced so"))
+            d.ignored.append(f"{k} (DeepSpeed config: " + ("no effect on the step's cost)" if k in DS_OTHER_KEYS or not near
+                                                           else f"not a DeepSpeed key; did you mean {near[0]}?)"))
+    bf16 = doc.get("bf16") if "bf16" in doc else doc.get("bfloat16")  # DeepSpeed's older name (runtime/constants.py BFLOAT16_OLD)
+    bf16 = bf16 if isinstance(bf16, dict) else {}
+    if doc.get("fp16", {}).get("enabled") in (True, "auto") and bf16.get("enabled") is True:
         raise InputError(f"{name}: fp16.enabled and bf16.enabled", True, "one of the two (runtime/config.py)")
-    if doc.get("bf16", {}).get("enabled") is True:
-        d.set("job.precision", "bf16", "file", f"{name}: bf16.enabled")
+    if bf16.get("enabled") is True:
+        d.set("job.precision", "bf16", "file", f"{name}: " + ("bf16" if "bf16" in doc else "bfloat16") + ".enabled")
     elif doc.get("fp16", {}).get("enabled") is True:
         d.set("job.precision", "fp16", "file", f"{name}: fp16.enabled")
     elif not d.has("job.precision"):
@@ -120,6 +139,11 @@ def read_deepspeed_json(path: Path, base: Draft | None = None) -> Draft:
     if isinstance(ac, dict) or interval:
         d.set("parallel.recompute", "full", "file", f"{name}: " + ("activation_checkpointing" if isinstance(ac, dict) else "pipeline.activation_checkpoint_interval")
               + " (the layers the model checkpoints are recomputed)")
+        if isinstance(ac, dict) and not interval and base is None:
+            d.notes.append(f"{name}: activation_checkpointing read as full recompute; the block only configures "
+                           "deepspeed.checkpointing, and DeepSpeed recomputes just the layers the model code wraps in "
+                           "deepspeed.checkpointing.checkpoint (Megatron-DeepSpeed --checkpoint-activations; a Hugging Face model's "
+                           "gradient checkpointing uses torch's own): if yours wraps none, read the changes that release recompute")
         if isinstance(ac, dict) and ac.get("cpu_checkpointing"):
             d.unmodelled.append("activation_checkpointing.cpu_checkpointing: checkpoints on CPU")
         if isinstance(ac, dict) and ac.get("partition_activations"):

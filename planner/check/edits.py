@@ -224,7 +224,11 @@ class JsonEditor:
         m = par.num_microbatches(cj.job.global_batch_size)
         for key, value in (("train_micro_batch_size_per_gpu", par.micro_batch_size), ("gradient_accumulation_steps", m),
                            ("train_batch_size", cj.job.global_batch_size)):
-            if key in doc or key != "train_batch_size":
+            # a key the file leaves out is one DeepSpeed infers (runtime/config.py
+            # _set_batch_related_parameters): the global batch from micro x accumulation x dp, the
+            # accumulation from the global batch, or 1 without it; written only where that differs
+            inferred = key == "train_batch_size" or (key == "gradient_accumulation_steps" and ("train_batch_size" in doc or value == 1))
+            if key in doc or not inferred:
                 if doc.get(key) != value:
                     summary.append(f"{key}: {doc.get(key)} -> {value}")
                 doc[key] = value

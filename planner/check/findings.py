@@ -221,7 +221,10 @@ def _overlaps(cj: CheckedJob, e: Estimate) -> list[Finding]:
     dp_exposed = e.time_breakdown_s.get("dp_comm_exposed_s", 0.0)
     tp_exposed = e.time_breakdown_s.get("tp_comm_exposed_s", 0.0)
     tries = []
-    if not p.overlap_grad_reduce and eng.overlap_grad_reduce and p.dp * p.cp > 1:
+    # DeepSpeed overlaps the reduction only through zero_optimization.overlap_comm, which needs
+    # ZeRO >= 1 (zero/config.py; stage 0 all-reduces after the backward)
+    zero_only = "deepspeed" in eng.name and p.zero == 0
+    if not p.overlap_grad_reduce and eng.overlap_grad_reduce and p.dp * p.cp > 1 and not zero_only:
         tries.append(("overlap_grad_reduce", {"overlap_grad_reduce": True}, dp_exposed, "data-parallel traffic",
                       "the gradient reduction beside the backward"))
     if not p.overlap_param_gather and eng.overlap_param_gather and p.zero in (1, 2) and p.dp * p.cp > 1:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from planner.check.changes import Change
 from planner.check.job import CheckedJob
 from planner.cost.result import Estimate
-from planner.units import GIB, fmt_precision
+from planner.units import GIB, fmt_precision, plural
 
 __all__ = ["CheckReport", "render_text", "as_json", "SCHEMA"]
 
@@ -80,7 +80,7 @@ def render_text(r: CheckReport, verbose: bool = False) -> str:
     L.append("")
     L.append(f"prediction ({cj.engine}):")
     L.append(f"  step {_fmt_s(e.step_time_s)}   {e.tokens_per_s:,.0f} tokens/s   MFU {100 * e.mfu:.1f}%   "
-             f"{e.num_microbatches} micro-batches")
+             f"{plural(e.num_microbatches, 'micro-batch', 'micro-batches')}")
     cap, usable = e.memory_capacity_bytes, e.memory_usable_bytes
     over = 100 * (e.memory_peak_bytes - usable) / usable
     L.append(f"  memory: peak {e.memory_peak_bytes / GIB:.1f} of {cap / GIB:.1f} GiB, "

@@ -142,3 +142,41 @@ def test_a_bad_gpu_count_names_the_gpu_count(gpus):
 
     code, _, err = run_cli(["check", str(FX / "megatron_deepspeed_gpt.sh"), "--gpus", gpus])
     assert code == 2 and f"--gpus: got {gpus}, expected a positive integer" in err, err
+
+
+def test_a_misspelt_top_level_key_is_a_finding_and_bfloat16_is_read(tmp_path):
+    """DeepSpeed ignores top-level keys it does not know, so a typo'd zero_optimization runs (and
+    is priced) as ZeRO 0, with a warning naming the key it resembles; a key DeepSpeed knows but
+    the cost does not depend on is only listed as ignored. The older "bfloat16" block is bf16."""
+    import json
+
+    p = tmp_path / "typo.json"
+    p.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "zero_optimisation": {"stage": 2}, "bf16": {"enabled": True},
+                             "steps_per_print": 10}))
+    cj = read_job([str(p)], Overrides(model="llama3.1-8b", gpus=8, extra={"job.seq_len": 4096}))
+    assert cj.parallel.zero == 0
+    assert [f for f, _ in cj.findings] == ["unknown-key"] and "did you mean zero_optimization?" in cj.findings[0][1]
+    assert any(i.startswith("steps_per_print (DeepSpeed config: no effect") for i in cj.ignored)
+    r = check_job(cj, top=3, time_limit_s=5)
+    assert any(f.id == "unknown-key" and f.severity == "warning" for f in r.findings)
+    # ZeRO 0: DeepSpeed has no overlap to offer (overlap_comm is a ZeRO option), so no such finding
+    assert not any(f.id == "hidden-by-engine-option" and f.evidence.get("option") == "overlap_grad_reduce" for f in r.findings)
+    # no change writes the accumulation DeepSpeed already infers (1 without train_batch_size)
+    for ch, ed in zip(r.changes, r.edits):
+        if ch.parallel.num_microbatches(cj.job.global_batch_size) == 1:
+            assert not any(s.startswith("gradient_accumulation_steps") for s in ed.summary), ed.summary
+    q = tmp_path / "old.json"
+    q.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bfloat16": {"enabled": True}, "zero_optimization": {"stage": 2}}))
+    cj = read_job([str(q)], Overrides(model="llama3.1-8b", gpus=8, extra={"job.seq_len": 4096}))
+    assert cj.job.precision == "bf16" and cj.sources["job.precision"][1].where.endswith("bfloat16.enabled") and not cj.findings
+
+
+def test_an_activation_checkpointing_block_is_read_as_full_recompute_and_says_so(tmp_path):
+    import json
+
+    p = tmp_path / "ds.json"
+    p.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "zero_optimization": {"stage": 3},
+                             "activation_checkpointing": {"partition_activations": False}}))
+    cj = read_job([str(p)], Overrides(model="llama3.1-8b", gpus=8, extra={"job.seq_len": 4096}))
+    assert cj.parallel.recompute == "full"
+    assert any("read as full recompute" in n and "deepspeed.checkpointing.checkpoint" in n for n in cj.notes)
