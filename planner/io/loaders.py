@@ -278,6 +278,14 @@ def _cluster_mapping(name_or_path: str) -> tuple[dict, str]:
     return d, where
 
 
+def _file_gpu(name, where: str) -> GpuSpec:
+    """The GPU preset a file names, an error naming the file's field (not --gpu) when unknown."""
+    try:
+        return load_gpu(str(name))
+    except InputError as exc:
+        raise InputError(where, exc.value, exc.expected) from None
+
+
 def cluster_size_note(name_or_path: str, num_gpus: int | None) -> str | None:
     """A note when ``num_gpus`` is more GPUs than the cluster preset or file describes, else None:
     the cluster is then priced as if its fabric grew to that size (same links, same tiers).
@@ -304,7 +312,7 @@ def load_cluster(name_or_path: str, num_gpus: int | None = None) -> ClusterSpec:
     """
     d, where = _cluster_mapping(name_or_path)
     return make_cluster(
-        d["gpu"],
+        _file_gpu(d["gpu"], f"{where}.gpu"),
         num_gpus or _int(d, "num_gpus", where),
         d.get("gpus_per_node"),
         d.get("inter_node"),
@@ -437,10 +445,23 @@ __all__.append("tiers_from_list")
 
 # --- Mixed clusters ----------------------------------------------------------------------------
 
+_HETERO_KEYS = ("name", "groups", "network", "sources", "notes")
+_GROUP_KEYS = ("gpu", "count", "gpus_per_node", "inter_node")
+
+
+def _known_keys(d: dict, known: tuple, where: str) -> None:
+    """InputError naming the first key of ``d`` not in ``known``, with the closest one."""
+    for key in d:
+        if key not in known:
+            hint = suggest(str(key), known)
+            raise InputError(f"{where}.{key}", str(key), "a known field name" + (f" ({hint})" if hint else "") + ", one of " + ", ".join(known))
+
+
 def load_hetero(path: str | Path):
     """A mixed cluster file ``{name, groups: [{gpu, count[, gpus_per_node, inter_node]}],
     network: {kind, gbps_per_nic, nics_per_node}}`` as a :class:`planner.search.hetero.HeteroCluster`."""
     d = read_mapping(path)
+    _known_keys(d, _HETERO_KEYS, str(path))
     groups = d.get("groups")
     if not isinstance(groups, list) or not groups:
         raise InputError(f"{path}.groups", groups, "a non-empty list of {gpu, count}")
@@ -452,7 +473,8 @@ def load_hetero(path: str | Path):
         w = f"{path}.groups[{i}]"
         if not isinstance(g, dict) or "gpu" not in g:
             raise InputError(w, g, "a mapping with gpu and count")
-        gpu = load_gpu(str(g["gpu"]))
+        _known_keys(g, _GROUP_KEYS, w)
+        gpu = _file_gpu(g["gpu"], f"{w}.gpu")
         count = g.get("count")
         gpn = g.get("gpus_per_node", gpu.gpus_per_node)
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:

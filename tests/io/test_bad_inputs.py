@@ -129,6 +129,11 @@ CASES = [
     ("cluster-nic-negative", ["plan", "--cluster", "{f}"], "c.yaml", dict(_CLUSTER, inter_node={"gbps_per_nic": -1}), "inter_node.gbps_per_nic"),
     ("cluster-nic-kind", ["plan", "--cluster", "{f}"], "c.yaml", dict(_CLUSTER, inter_node={"kind": "smoke", "gbps_per_nic": 100, "nics_per_node": 8}), "inter_node.kind"),
     ("cluster-efficiency", ["plan", "--cluster", "{f}"], "c.yaml", dict(_CLUSTER, intra_node={"efficiency": 2}), "intra_node.efficiency"),
+    # a file's unknown GPU names the file's field, not a --gpu flag the user never passed
+    ("cluster-gpu-unknown", ["plan", "--cluster", "{f}"], "c.yaml", dict(_CLUSTER, gpu="h100"), "c.yaml.gpu: got 'h100'"),
+    ("hetero-group-key", ["hetero", "{f}"], "m.yaml", {"groups": [{"gpu": "a100-sxm4-80gb", "count": 64}, {"gpu": "h100-sxm5-80gb", "cnt": 32}]},
+     "groups[1].cnt: got 'cnt', expected a known field name (did you mean count?)"),
+    ("hetero-group-gpu", ["hetero", "{f}"], "m.yaml", {"groups": [{"gpu": "a100", "count": 64}]}, "groups[0].gpu: got 'a100'"),
     ("cluster-latency-text", ["plan", "--cluster", "{f}"], "c.yaml", dict(_CLUSTER, intra_node={"latency_us": "fast"}), "intra_node.latency_us"),
     ("cluster-gpus-not-multiple", ["plan", "--cluster", "{f}"], "c.yaml", dict(_CLUSTER, num_gpus=20), "hardware.num_gpus"),
     # --- scenario / runs files ---
