@@ -17,6 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 VALIDATION = data_dir()
 SHARED = Path(os.environ.get("PLANNER_SHARED", ROOT.parent / "shared"))
 SHARED_ENGINES = SHARED / "engines"
+# the planner's cache (torchtitan flavor shapes) goes to a folder of this test session, not the user's
+os.environ.setdefault("PLANNER_CACHE_DIR", __import__("tempfile").mkdtemp(prefix="planner-test-cache-"))
 
 __all__ = ["ROOT", "VALIDATION", "SHARED", "SHARED_ENGINES", "dataset_path", "run_cli"]
 

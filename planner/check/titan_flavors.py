@@ -14,6 +14,7 @@ device never calls it.
 from __future__ import annotations
 
 import copy
+import os
 import sys
 import types
 from functools import lru_cache
@@ -64,10 +65,59 @@ def flavors_of(name: str) -> list[str]:
     return sorted(_spec(name).model_args)
 
 
+# Importing torchtitan's model registry takes seconds (it imports torch, torch.distributed and
+# its dataset code); the shapes it gives depend only on the installed torchtitan, so they are kept
+# in a small JSON file per torchtitan version in the user's cache folder ($PLANNER_CACHE_DIR, else
+# $XDG_CACHE_HOME/planner, else ~/.cache/planner). A file that cannot be read or written is
+# ignored: the shape is then read from torchtitan as before. The file is per planner version too,
+# and _CACHE_FORMAT changes with the reading.
+_CACHE_FORMAT = 1
+
+
+def _cache_file():
+    import os  # noqa: PLC0415
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    try:
+        ver = version("torchtitan")
+    except PackageNotFoundError:
+        return None
+    root = os.environ.get("PLANNER_CACHE_DIR") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "planner")
+    from planner import __version__  # noqa: PLC0415
+
+    return Path(root) / f"torchtitan-{ver}-flavors-planner-{__version__}-v{_CACHE_FORMAT}.json"
+
+
 @lru_cache(maxsize=64)
 def flavor_shape(name: str, flavor: str, seq_len: int = 4096) -> dict:
-    """The ModelSpec fields of torchtitan 0.2.2's ``name``/``flavor`` (and ``dense_pattern``:
-    which layers are dense)."""
+    """The ModelSpec fields of the installed torchtitan's ``name``/``flavor`` (and, for MoE
+    flavors, their dense layers), from the cache file when it holds them."""
+    import json  # noqa: PLC0415
+
+    path, key = _cache_file(), f"{name}/{flavor}/{seq_len}"
+    cached: dict = {}
+    if path is not None:
+        try:
+            cached = json.loads(path.read_text())
+        except (OSError, ValueError):
+            cached = {}
+        if isinstance(cached, dict) and isinstance(cached.get(key), dict):
+            return cached[key]
+    out = _read_flavor(name, flavor, seq_len)
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({**(cached if isinstance(cached, dict) else {}), key: out}, sort_keys=True))
+            tmp.replace(path)  # atomic: a concurrent reader sees the old file or the new one
+        except OSError:
+            pass
+    return out
+
+
+def _read_flavor(name: str, flavor: str, seq_len: int) -> dict:
+    """The shape of ``name``/``flavor`` read from torchtitan (its registry and a meta-device model)."""
     spec = _spec(name)
     if flavor not in spec.model_args:
         raise InputError("model.flavor", flavor, f"a flavor of {name} in torchtitan 0.2.2 ({', '.join(sorted(spec.model_args))})")
