@@ -39,6 +39,8 @@ def estimate_cmd(
     engine: O.EngineOpt = None, grad_reduce: O.GradOpt = None, fp8_recipe: O.Fp8RecipeOpt = None, fp8_param_gather: O.Fp8GatherOpt = None,
     fp8_tp_gather: O.Fp8TpGatherOpt = None, cross_entropy: O.CrossEntropyOpt = None, tp: O.TpOpt = None, pp: O.PpOpt = None, dp: O.DpOpt = None, cp: O.CpOpt = None, ep: O.EpOpt = None, vpp: O.VppOpt = None,
     micro_batch_size: O.MbOpt = None, recompute: O.RecOpt = None, schedule: O.SchedOpt = None, sequence_parallel: O.SpOpt = None, zero: O.ZeroOpt = None,
+    overlap_grad_reduce: O.OgrOpt = None, overlap_param_gather: O.OpgOpt = None, tp_comm_overlap: O.TpOverlapOpt = None,
+    async_tp_allreduce: O.AsyncTpOpt = None,
     scenario: O.ScenarioOpt = None, id: O.IdOpt = None, profile: ProfileOpt = None, json: O.JsonOpt = False,
     memory_margin: O.MarginOpt = None, cuda_graph: O.GraphOpt = None, moe_dispatcher: O.DispatcherOpt = None,
     layers_per_stage: O.LpsOpt = None, etp: O.EtpOpt = None,
@@ -60,7 +62,8 @@ def estimate_cmd(
     setup = setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len,
                            global_batch_size, precision, attention, scenario, id, engine, grad_reduce, profile, tp=tp, pp=pp, dp=dp,
                            cp=cp, ep=ep, vpp=vpp, micro_batch_size=micro_batch_size, recompute=recompute,
-                           sequence_parallel=sequence_parallel, zero=zero, schedule=schedule, cuda_graph=cuda_graph,
+                           sequence_parallel=sequence_parallel, zero=zero, schedule=schedule, overlap_grad_reduce=overlap_grad_reduce,
+                           overlap_param_gather=overlap_param_gather, tp_comm_overlap=tp_comm_overlap, async_tp_allreduce=async_tp_allreduce, cuda_graph=cuda_graph,
                            moe_dispatcher=moe_dispatcher, fp8_recipe=fp8_recipe, fp8_param_gather=fp8_param_gather,
                            fp8_tp_gather=fp8_tp_gather, cross_entropy=cross_entropy, etp=etp,
                            layers_per_stage=O.parse_layers(layers_per_stage))

@@ -25,6 +25,8 @@ def plan_cmd(
     seq_len: O.SeqOpt = None, global_batch_size: O.GbsOpt = None, precision: O.PrecOpt = None, attention: O.AttnOpt = None, engine: O.EngineOpt = None, grad_reduce: O.GradOpt = None, fp8_recipe: O.Fp8RecipeOpt = None, fp8_param_gather: O.Fp8GatherOpt = None,
     fp8_tp_gather: O.Fp8TpGatherOpt = None, cross_entropy: O.CrossEntropyOpt = None, tp: O.TpOpt = None, pp: O.PpOpt = None, dp: O.DpOpt = None, cp: O.CpOpt = None, ep: O.EpOpt = None, vpp: O.VppOpt = None,
     micro_batch_size: O.MbOpt = None, recompute: O.RecOpt = None, schedule: O.SchedOpt = None, sequence_parallel: O.SpOpt = None, zero: O.ZeroOpt = None,
+    overlap_grad_reduce: O.OgrOpt = None, overlap_param_gather: O.OpgOpt = None, tp_comm_overlap: O.TpOverlapOpt = None,
+    async_tp_allreduce: O.AsyncTpOpt = None,
     scenario: O.ScenarioOpt = None, id: O.IdOpt = None, json: O.JsonOpt = False,
     top: Annotated[int, typer.Option("--top", "-k", help="How many plans to return.")] = 10,
     allow_tp_across_nodes: Annotated[bool, typer.Option("--allow-tp-across-nodes", help="Let tensor parallelism leave the NVLink domain.")] = False,
@@ -52,14 +54,15 @@ def plan_cmd(
           precision, attention, engine, tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, sequence_parallel, zero, scenario,
           id, json, top, allow_tp_across_nodes, emit, out, force, explain, objective, price, tokens, ckpt_write_gbs,
           restart_s, failure_rate, grad_reduce, profile, schedule, memory_margin, cuda_graph, moe_dispatcher, fp8_recipe, fp8_param_gather,
-          fp8_tp_gather, cross_entropy)
+          fp8_tp_gather, cross_entropy, overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, async_tp_allreduce)
 
 
 def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len, global_batch_size,
           precision, attention, engine, tp, pp, dp, cp, ep, vpp, micro_batch_size, recompute, sequence_parallel, zero, scenario,
           id, json, top, allow_tp_across_nodes, emit, out, force, explain, objective, price, tokens, ckpt_write_gbs,
           restart_s, failure_rate, grad_reduce=None, profile=None, schedule=None, memory_margin=None, cuda_graph=None,
-          moe_dispatcher=None, fp8_recipe=None, fp8_param_gather=None, fp8_tp_gather=None, cross_entropy=None) -> None:
+          moe_dispatcher=None, fp8_recipe=None, fp8_param_gather=None, fp8_tp_gather=None, cross_entropy=None,
+          overlap_grad_reduce=None, overlap_param_gather=None, tp_comm_overlap=None, async_tp_allreduce=None) -> None:
     from planner.search.plan import plan  # noqa: PLC0415
 
     schedule, schedules = O.schedule_list(schedule)
@@ -69,7 +72,8 @@ def _plan(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, net
     setup = setup_from_cli(model, gpu, gpus, gpus_per_node, cluster, nic_gbps, nics_per_node, network, seq_len,
                            global_batch_size, precision, attention, scenario, id, engine, grad_reduce, profile, tp=tp, pp=pp, dp=dp,
                            cp=cp, ep=ep, vpp=vpp, micro_batch_size=micro_batch_size, recompute=recompute,
-                           sequence_parallel=sequence_parallel, zero=zero, schedule=schedule, allow_auto=True,
+                           sequence_parallel=sequence_parallel, zero=zero, schedule=schedule, overlap_grad_reduce=overlap_grad_reduce,
+                           overlap_param_gather=overlap_param_gather, tp_comm_overlap=tp_comm_overlap, async_tp_allreduce=async_tp_allreduce, allow_auto=True,
                            cuda_graph=cuda_graph, moe_dispatcher=moe_dispatcher, fp8_recipe=fp8_recipe,
                            fp8_param_gather=fp8_param_gather, fp8_tp_gather=fp8_tp_gather,
                            cross_entropy=cross_entropy)

@@ -94,3 +94,23 @@ def test_fp8_switches_off_on_a_16_bit_run_and_bare_groups():
     for group in ("models", "hw", "engines"):
         code, out, err = _run([group])
         assert code == 0 and "Usage" in out and "error" not in err, (group, err)
+
+
+def test_the_overlap_switches_are_flags_of_estimate_and_plan():
+    """--[no-]overlap-grad-reduce, --[no-]overlap-param-gather, --[no-]tp-comm-overlap and
+    --[no-]async-tp-allreduce fix the engine switches (check prices a script that sets none of
+    them with them off, and estimate can now say the same); each off is slower, and plan keeps them."""
+    base = ["--model", "llama3.1-8b", "--gpus", "16", "-b", "32", "--tp", "4", "--json"]
+    code, out, err = _run(["estimate", *base])
+    assert code == 0, err
+    on = json.loads(out)
+    assert all(on["parallel"][f] for f in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "async_tp_allreduce"))
+    for flag, field in (("--no-overlap-grad-reduce", "overlap_grad_reduce"), ("--no-overlap-param-gather", "overlap_param_gather"),
+                        ("--no-tp-comm-overlap", "tp_comm_overlap"), ("--no-async-tp-allreduce", "async_tp_allreduce")):
+        code, out, err = _run(["estimate", *base, flag])
+        assert code == 0, err
+        doc = json.loads(out)
+        assert doc["parallel"][field] is False and doc["predicted"]["step_time_s"] >= on["predicted"]["step_time_s"], flag
+    code, out, err = _run(["plan", "--model", "llama3.1-8b", "--gpus", "16", "-b", "32", "--no-tp-comm-overlap", "--top", "3", "--json"])
+    assert code == 0, err
+    assert all(p["parallel"]["tp_comm_overlap"] is False for p in json.loads(out)["plans"])
