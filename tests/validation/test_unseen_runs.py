@@ -46,3 +46,20 @@ def test_llama3_405b_figures_in_benchmarks_readme_are_todays():
     assert f"({fast8k[0]['full']:.0f} and {fast8k[1]['full']:.0f} against 430 and 400)" in readme
     long = next(m for m in measured if m["fill"] == "fastest" and m["id"].endswith("128k"))
     assert f"({long['full_err_pct']:+.1f}% full, {long['causal_err_pct']:+.1f}% causal)" in readme
+
+
+def test_nemo2407_gpt3_figures_in_benchmarks_readme_are_todays():
+    from planner.calibration.validate import summary, validate_runs  # noqa: PLC0415
+
+    results, refused = validate_runs(load_runs(UNSEEN / "nemo2407_gpt3_runs.json"))
+    assert not refused and len(results) == 4
+    text = (ROOT / "benchmarks" / "README.md").read_text()
+    for r in results:
+        m = re.search(rf"^\| {re.escape(r.id)} \| ([+-][0-9.]+)% \| ([+-][0-9.]+)% \|$", text, re.M)
+        assert m, r.id
+        assert float(m.group(1)) == pytest.approx(r.error_pct, abs=0.051), r.id
+        assert float(m.group(2)) == pytest.approx(r.median_error_pct, abs=0.051), r.id
+    s = summary(results)
+    assert f"MAPE {s['mape_pct']:.1f}% (fastest fill) and {s['median_fill']['mape_pct']:.1f}% (median fill), n = 4" in text
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"score {s['mape_pct']:.1f}% with the fastest fill" in readme
