@@ -18,7 +18,13 @@ VALIDATION = data_dir()
 SHARED = Path(os.environ.get("PLANNER_SHARED", ROOT.parent / "shared"))
 SHARED_ENGINES = SHARED / "engines"
 # the planner's cache (torchtitan flavor shapes) goes to a folder of this test session, not the user's
-os.environ.setdefault("PLANNER_CACHE_DIR", __import__("tempfile").mkdtemp(prefix="planner-test-cache-"))
+if "PLANNER_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["PLANNER_CACHE_DIR"] = tempfile.mkdtemp(prefix="planner-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["PLANNER_CACHE_DIR"], True)
 
 __all__ = ["ROOT", "VALIDATION", "SHARED", "SHARED_ENGINES", "dataset_path", "run_cli"]
 

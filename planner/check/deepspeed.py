@@ -28,7 +28,8 @@ __all__ = ["read_deepspeed_json", "is_deepspeed_json", "DS_KEYS"]
 # Top-level keys that set the cost (the rest are listed as ignored): docs/_pages/config-json.md.
 DS_KEYS = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "fp16", "bf16", "zero_optimization",
            "activation_checkpointing", "pipeline", "data_types", "communication_data_type", "tensor_parallel", "expert_parallel",
-           "sequence_parallel_size", "optimizer", "amp", "torch_autocast", "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer"}
+           "sequence_parallel_size", "optimizer", "amp", "torch_autocast", "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
+           "bfloat16"}  # bfloat16: bf16's older name (runtime/constants.py BFLOAT16_OLD)
 # The other top-level keys DeepSpeed 0.19.8 reads (runtime/constants.py and the feature configs
 # of docs/_pages/config-json.md): no effect on the step's cost, but a key near one of these (or of
 # DS_KEYS) that is neither is most likely a typo, which DeepSpeed ignores without a word.
@@ -38,7 +39,7 @@ DS_OTHER_KEYS = {"gradient_clipping", "steps_per_print", "wall_clock_breakdown",
                  "data_efficiency", "curriculum_learning", "autotuning", "memory_breakdown", "seq_parallel_communication_data_type",
                  "eigenvalue", "progressive_layer_drop", "disable_allgather", "hybrid_engine", "nebula", "weight_quantization",
                  "compile", "timers", "sparse_attention", "dataloader_drop_last", "use_data_before_expert_parallelism",
-                 "graph_harvesting", "bfloat16", "load_universal_checkpoint", "use_node_local_storage", "monitor_config",
+                 "graph_harvesting", "load_universal_checkpoint", "use_node_local_storage", "monitor_config",
                  "gradient_accumulation_dtype", "zero_force_ds_cpu_optimizer", "checkpoint_parallel_write_pipeline"}
 _UNMODELLED_ZERO = {"offload_optimizer": "optimizer states on CPU/NVMe (GPU memory much lower, a PCIe copy per step)",
                     "offload_param": "weights on CPU/NVMe", "zero_hpz_partition_size": "ZeRO++ secondary weight partition",

@@ -149,36 +149,46 @@ def _with_command_line(o, cl: list):
 
 def _json_text(doc: dict, old: str) -> str:
     """``doc`` as the text of the JSON file ``old``, changed in place where that is possible: each
-    changed scalar is rewritten where its key occurs once in the file, a new key goes into its
-    object after the opening brace; anything else (a removed key, a key named twice) re-writes the
-    file at its indentation. The result always parses back to ``doc``."""
+    changed scalar is rewritten where its key occurs once in the file, new keys go into their
+    object after its opening brace, in order, at the file's indentation and line ending; anything
+    else (a removed key, a key named twice) re-writes the file at its indentation. The result
+    always parses back to ``doc``."""
     try:
-        text = _json_in_place(doc, json.loads(old), old)
+        text = _json_in_place(doc, json.loads(old), old, _indent_unit(old), "\r\n" if "\r\n" in old else "\n", {})
     except (ValueError, KeyError):
         text = None
     if text is not None and json.loads(text) == doc:
         return text
-    indent = 2
-    for line in old.splitlines()[1:3]:
-        stripped = len(line) - len(line.lstrip(" "))
-        if stripped:
-            indent = stripped
-            break
-    return json.dumps(doc, indent=indent) + "\n"
+    out = json.dumps(doc, indent=_indent_unit(old), ensure_ascii=False) + "\n"
+    return out.replace("\n", "\r\n") if "\r\n" in old else out
 
 
-def _json_in_place(new: dict, old: dict, text: str, parent: str | None = None) -> str | None:
+def _indent_unit(text: str) -> str:
+    """The file's indentation step: the leading whitespace of its first indented line (2 spaces)."""
+    import re  # noqa: PLC0415
+
+    m = re.search(r"\n([ \t]+)\S", text)
+    return m.group(1) if m else "  "
+
+
+def _same_json(a, b) -> bool:
+    """Equal as JSON values (1 is not true)."""
+    return a == b and type(a) is type(b)
+
+
+def _json_in_place(new: dict, old: dict, text: str, unit: str, nl: str, after: dict, parent: str | None = None) -> str | None:
     """``text`` with the scalars that differ between ``old`` and ``new`` replaced and the new keys
-    inserted; None when a change is not of that kind."""
+    inserted (``after``: where the last key inserted into each object ended); None when a change
+    is not of that kind."""
     import re  # noqa: PLC0415
 
     if set(old) - set(new):
         return None  # a removed key
     for key, value in new.items():
-        if key in old and old[key] == value:
+        if key in old and _same_json(old[key], value):
             continue
         if key in old and isinstance(old[key], dict) and isinstance(value, dict):
-            text = _json_in_place(value, old[key], text, key)
+            text = _json_in_place(value, old[key], text, unit, nl, after, key)
             if text is None:
                 return None
             continue
@@ -188,23 +198,27 @@ def _json_in_place(new: dict, old: dict, text: str, parent: str | None = None) -
             if len(hits) != 1 or isinstance(value, (dict, list)) or isinstance(old[key], (dict, list)):
                 return None
             h = hits[0]
-            text = text[:h.start(2)] + json.dumps(value) + text[h.end(2):]
+            text = text[:h.start(2)] + json.dumps(value, ensure_ascii=False) + text[h.end(2):]
             continue
         opener = re.compile(r"\A\s*\{" if parent is None else r'"' + re.escape(parent) + r'"\s*:\s*\{')
         hits = list(opener.finditer(text))
         if len(hits) != 1 or not old:
             return None
-        at = hits[0].end()
+        at = after.get(parent, hits[0].end())
         first = re.compile(r"\s*(\S)").match(text, at)
         if first is not None and "\n" not in text[at:first.start(1)]:  # an object on one line: the key joins it there
-            text = text[:first.start(1)] + json.dumps(key) + ": " + json.dumps(value) + ", " + text[first.start(1):]
+            item = json.dumps(key, ensure_ascii=False) + ": " + json.dumps(value, ensure_ascii=False) + ", "
+            text = text[:first.start(1)] + item + text[first.start(1):]
+            after[parent] = first.start(1) + len(item)
             continue
-        nxt = re.compile(r"\n([ \t]*)\S").search(text, at)
+        nxt = re.compile(r"\r?\n([ \t]*)\S").search(text, at)
         if nxt is None:
             return None
         indent = nxt.group(1)
-        item = json.dumps(value, indent=len(indent) or None).replace("\n", "\n" + indent)
-        text = text[:at] + "\n" + indent + json.dumps(key) + ": " + item + "," + text[at:]
+        body = json.dumps(value, indent=unit, ensure_ascii=False).replace("\n", nl + indent)
+        item = nl + indent + json.dumps(key, ensure_ascii=False) + ": " + body + ","
+        text = text[:at] + item + text[at:]
+        after[parent] = at + len(item)
     return text
 
 
@@ -241,7 +255,8 @@ class JsonEditor:
         if par.zero >= 1 and bool(have) != want_overlap:
             summary.append(f"zero_optimization.overlap_comm: {have} -> {want_overlap}")
             zero["overlap_comm"] = want_overlap
-        doc["zero_optimization"] = zero
+        if zero or "zero_optimization" in doc:  # a file without the block keeps none for no change
+            doc["zero_optimization"] = zero
         if par.recompute != old.recompute:
             if par.recompute == "none":
                 doc.pop("activation_checkpointing", None)
@@ -252,8 +267,9 @@ class JsonEditor:
                 doc.setdefault("activation_checkpointing", {"partition_activations": par.tp > 1, "contiguous_memory_optimization": False,
                                                             "cpu_checkpointing": False})
                 summary.append("activation_checkpointing: added (the model must call deepspeed.checkpointing)")
-        if par.pp > 1:
-            doc.setdefault("pipeline", {})["activation_checkpoint_interval"] = 1 if par.recompute == "full" else 0
+        interval = 1 if par.recompute == "full" else 0
+        if par.pp > 1 and ("pipeline" in doc or interval):  # 0 is DeepSpeed's default (runtime/config.py, the pipeline block)
+            doc.setdefault("pipeline", {})["activation_checkpoint_interval"] = interval
         files = {str(self.path): _json_text(doc, self.path.read_text())}
         if self.script is not None:
             sub = self.script.edit(cj, par, only=("tp", "pp", "cp", "micro_batch_size", "recompute"))

@@ -213,7 +213,7 @@ def _loss_fusion(cj: CheckedJob, e: Estimate) -> list[Finding]:
 
 def _overlaps(cj: CheckedJob, e: Estimate) -> list[Finding]:
     """Exposed communication an engine switch would hide (priced with the switch on)."""
-    from planner.engines import get_engine, tp_overlap_why  # noqa: PLC0415
+    from planner.engines import dp_overlap_why, get_engine, tp_overlap_why  # noqa: PLC0415
 
     out = []
     p, c, eng = cj.parallel, cj.cluster, get_engine(cj.engine)
@@ -221,13 +221,12 @@ def _overlaps(cj: CheckedJob, e: Estimate) -> list[Finding]:
     dp_exposed = e.time_breakdown_s.get("dp_comm_exposed_s", 0.0)
     tp_exposed = e.time_breakdown_s.get("tp_comm_exposed_s", 0.0)
     tries = []
-    # DeepSpeed overlaps the reduction only through zero_optimization.overlap_comm, which needs
-    # ZeRO >= 1 (zero/config.py; stage 0 all-reduces after the backward)
-    zero_only = "deepspeed" in eng.name and p.zero == 0
-    if not p.overlap_grad_reduce and eng.overlap_grad_reduce and p.dp * p.cp > 1 and not zero_only:
+    # only where the engine's sharding mode runs it (DeepSpeed: overlap_comm is a ZeRO option)
+    if not p.overlap_grad_reduce and eng.overlap_grad_reduce and dp_overlap_why(eng, "overlap_grad_reduce", p.zero, p.pp) is None \
+            and p.dp * p.cp > 1:
         tries.append(("overlap_grad_reduce", {"overlap_grad_reduce": True}, dp_exposed, "data-parallel traffic",
                       "the gradient reduction beside the backward"))
-    if not p.overlap_param_gather and eng.overlap_param_gather and p.zero in (1, 2) and p.dp * p.cp > 1:
+    if not p.overlap_param_gather and dp_overlap_why(eng, "overlap_param_gather", p.zero, p.pp) is None and p.dp * p.cp > 1:
         tries.append(("overlap_param_gather", {"overlap_param_gather": True, "overlap_grad_reduce": True}, dp_exposed, "data-parallel traffic",
                       "the ZeRO weight all-gather beside the next forward"))
     if not p.tp_comm_overlap and tp_overlap_why(eng, p.tp, p.sequence_parallel, c.nvlink_domain) is None:

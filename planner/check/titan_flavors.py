@@ -13,6 +13,7 @@ device never calls it.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import sys
@@ -75,7 +76,6 @@ _CACHE_FORMAT = 1
 
 
 def _cache_file():
-    import os  # noqa: PLC0415
     from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
     from pathlib import Path  # noqa: PLC0415
 
@@ -106,13 +106,14 @@ def flavor_shape(name: str, flavor: str, seq_len: int = 4096) -> dict:
             return cached[key]
     out = _read_flavor(name, flavor, seq_len)
     if path is not None:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps({**(cached if isinstance(cached, dict) else {}), key: out}, sort_keys=True))
             tmp.replace(path)  # atomic: a concurrent reader sees the old file or the new one
         except OSError:
-            pass
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)  # no half-written file left behind
     return out
 
 

@@ -88,7 +88,7 @@ SpOpt = Annotated[Optional[bool], typer.Option("--sequence-parallel/--no-sequenc
 OgrOpt = Annotated[Optional[bool], typer.Option("--overlap-grad-reduce/--no-overlap-grad-reduce", help="Gradient reduction beside the backward (Megatron --overlap-grad-reduce, DeepSpeed overlap_comm; default: the engine's launch files').")]
 OpgOpt = Annotated[Optional[bool], typer.Option("--overlap-param-gather/--no-overlap-param-gather", help="ZeRO-1/2 weight all-gather beside the next forward (Megatron --overlap-param-gather; default: the engine's launch files').")]
 TpOverlapOpt = Annotated[Optional[bool], typer.Option("--tp-comm-overlap/--no-tp-comm-overlap", help="TP all-gather/reduce-scatter pipelined with the GEMMs (Megatron --tp-comm-overlap, torchtitan async TP; default: the engine's launch files').")]
-AsyncTpOpt = Annotated[Optional[bool], typer.Option("--async-tp-allreduce/--no-async-tp-allreduce", help="Asynchronous backward TP all-reduce (Megatron without CUDA_DEVICE_MAX_CONNECTIONS=1 off; default: the engine's).")]
+AsyncTpOpt = Annotated[Optional[bool], typer.Option("--async-tp-allreduce/--no-async-tp-allreduce", help="Backward TP all-reduce overlapped with the weight-gradient GEMM (Megatron's default with CUDA_DEVICE_MAX_CONNECTIONS=1; default: the engine's).")]
 ZeroOpt = Annotated[Optional[int], typer.Option("--zero", help="0 none, 1 optimizer (distributed optimizer), 2 +gradients, 3 +weights.")]
 ScenarioOpt = Annotated[Optional[str], typer.Option("--scenario", help="A runs/scenario file (schema planner-runs/1).")]
 IdOpt = Annotated[Optional[str], typer.Option("--id", help="Run id inside --scenario.")]

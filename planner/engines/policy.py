@@ -23,7 +23,7 @@ from planner.engines.profile import Engine, has_dropout
 from planner.errors import InputError
 from planner.specs import ENGINE_FIELDS, ClusterSpec, GpuSpec, Job, ModelSpec, ParallelConfig, is_flash
 
-__all__ = ["supports_flash", "flash_kernel_why", "resolve", "engine_flags", "check_engine", "default_split", "interleaving_ok", "least_layers", "default_etp",
+__all__ = ["supports_flash", "flash_kernel_why", "dp_overlap_why", "resolve", "engine_flags", "check_engine", "default_split", "interleaving_ok", "least_layers", "default_etp",
            "a2a_overlap_runs", "a2a_overlap_why", "flex_dispatcher_why", "cuda_graph_why"]
 
 
@@ -373,6 +373,28 @@ def precision_rule(job: Job, engine: Engine) -> None:
         raise InputError("job.precision", job.precision, f"{' or '.join(engine.precisions)} on {engine.name}")
 
 
+def dp_overlap_why(engine: Engine, field: str, zero: int, pp: int) -> str | None:
+    """Why ``engine`` cannot run the data-parallel overlap ``field`` (overlap_grad_reduce or
+    overlap_param_gather) at ZeRO ``zero`` with ``pp`` stages; None: it can. The reduction
+    overlaps unless the sharding mode reduces after the backward (DeepSpeed without ZeRO: overlap_comm is a ZeRO option); the weight gather overlaps
+    only the once-per-step gather of ZeRO 1/2 on engines with the switch (Megatron
+    --overlap-param-gather with the distributed optimizer)."""
+    if zero not in engine.zero_stages:
+        return None  # refused on its own (parallel.zero)
+    mode = engine.mode(zero, pp)
+    if field == "overlap_grad_reduce":
+        # Engine.overlap_grad_reduce is the engine's default, not a limit (Megatron-LM 2021 overlaps
+        # with --DDP-impl torch); a sharding mode that reduces after the backward is the limit
+        if mode.overlap_grad_reduce is False:
+            return f"{engine.name} reduces after the backward at ZeRO {zero}, {mode.name}"
+        return None
+    if not engine.overlap_param_gather:
+        return f"{engine.name} has no weight-gather overlap switch"
+    if not (zero >= 1 and mode.param_gather == "step"):
+        return f"only ZeRO 1/2's once-per-step weight gather overlaps on {engine.name}; ZeRO {zero} is {mode.name}"
+    return None
+
+
 def check_engine(model: ModelSpec, job: Job, par: ParallelConfig, engine: Engine, lps: tuple[int, ...]) -> None:
     """Raise InputError, with the engine's reason, when ``engine`` does not run ``par``
     (a resolved configuration) with the layer split ``lps``."""
@@ -396,6 +418,9 @@ def check_engine(model: ModelSpec, job: Job, par: ParallelConfig, engine: Engine
         raise InputError("parallel.sequence_parallel", False, f"true on {e} (its tensor parallelism always shards norms over the sequence)")
     if par.recompute not in engine.recompute:
         raise InputError("parallel.recompute", par.recompute, f"one of {', '.join(engine.recompute)} on {e}")
+    for f in ("overlap_grad_reduce", "overlap_param_gather"):
+        if getattr(par, f) and (why := dp_overlap_why(engine, f, par.zero, par.pp)) is not None:
+            raise InputError(f"parallel.{f}", True, f"false ({why})")
     if par.tp_comm_overlap and not (engine.tp_comm_overlap and par.sequence_parallel):
         raise InputError("parallel.tp_comm_overlap", True, f"false on {e} without sequence parallelism or TP overlap")
     if par.moe_a2a_overlap and (why := a2a_overlap_runs(engine, model, par)) is not None:

@@ -279,10 +279,13 @@ def _cluster_mapping(name_or_path: str) -> tuple[dict, str]:
 
 
 def _file_gpu(name, where: str) -> GpuSpec:
-    """The GPU preset a file names, an error naming the file's field (not --gpu) when unknown."""
+    """The GPU preset a file names, an error naming the file's field (not --gpu) when no preset
+    or GPU file has that name; errors inside a GPU file keep their own field."""
     try:
         return load_gpu(str(name))
     except InputError as exc:
+        if exc.field != "gpu":
+            raise
         raise InputError(where, exc.value, exc.expected) from None
 
 
@@ -296,8 +299,10 @@ def cluster_size_note(name_or_path: str, num_gpus: int | None) -> str | None:
     True
     """
     d, where = _cluster_mapping(name_or_path)
+    if num_gpus is None or d.get("num_gpus") is None:
+        return None  # a file without a size takes --gpus as it is
     size = _int(d, "num_gpus", where)
-    if num_gpus is None or num_gpus <= size:
+    if num_gpus <= size:
         return None
     return (f"--gpus {num_gpus} is more than the {size} GPUs of {d.get('name', name_or_path)}; "
             "priced as if its fabric grew to that size (same links, tiers and oversubscription)")
@@ -445,7 +450,7 @@ __all__.append("tiers_from_list")
 
 # --- Mixed clusters ----------------------------------------------------------------------------
 
-_HETERO_KEYS = ("name", "groups", "network", "sources", "notes")
+_HETERO_KEYS = ("name", "groups", "network", "description", "sources", "notes")
 _GROUP_KEYS = ("gpu", "count", "gpus_per_node", "inter_node")
 
 

@@ -267,7 +267,8 @@ def render_explanation(x: Explanation, label: str = "plan") -> Group:
         *([Text(f"MFU ceiling {100 * x.mfu_ceiling:.1f}%: every FLOP at the best matmul rate the model allows on this GPU "
                 "(its measured achievable matmul x the in-training kernel efficiency); attention, memory-bound "
                 "kernels, communication and the bubble keep a step below it"
-                + (" (the MFU with attention counted as executed; the full-square count includes the masked half)"
+                + (f"; compare it with the {100 * x.mfu_executed:.1f}% that counts attention as executed (the full-square "
+                   "MFU also counts the masked half flash attention skips)"
                    if x.mfu_executed is not None and abs(x.mfu_executed - e.mfu) > 5e-4 else ""))] if x.mfu_ceiling else []),
         Text(""),
         Text("Where the step time goes (exposed: on the critical path; hidden: overlapped)", style="bold"),

@@ -24,7 +24,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from planner.cost.rules import tp_ok
-from planner.engines import Engine, a2a_overlap_why, attention_kernel, cp_attention_why, cuda_graph_why, default_etp, default_split, flex_dispatcher_why, get_engine, interleaving_ok, resolve
+from planner.engines import Engine, a2a_overlap_why, dp_overlap_why, attention_kernel, cp_attention_why, cuda_graph_why, default_etp, default_split, flex_dispatcher_why, get_engine, interleaving_ok, resolve
 from planner.specs import ClusterSpec, Job, ModelSpec, ParallelConfig
 
 __all__ = ["SearchOptions", "divisors", "candidates", "candidate_tuples", "to_parallel", "schedules_for", "FIELDS", "TUPLE_FIELDS"]
@@ -167,6 +167,9 @@ def candidate_tuples(model: ModelSpec, cluster: ClusterSpec, job: Job, opts: Sea
         eps = _pick(fx, "ep", eps)
         # a fixed stage too: the engine may not run it with a pipeline (DeepSpeed ZeRO-2/3)
         zeros = [z for z in _pick(fx, "zero", zeros_all) if z in eng.zero_stages and (pp == 1 or eng.mode(z).with_pp)]
+        # a fixed data-parallel overlap: only the stages whose sharding mode runs it
+        zeros = [z for z in zeros if not any(fx.get(f) is True and dp_overlap_why(eng, f, z, pp) is not None
+                                             for f in ("overlap_grad_reduce", "overlap_param_gather"))]
         if pp == 1:
             vpps = [1]
         else:

@@ -130,9 +130,26 @@ def test_json_edits_change_only_the_lines_of_the_changed_settings(tmp_path):
     path = tmp_path / "zero2_bf16.json"
     path.write_text((FX / "zero2_bf16.json").read_text())
     r = check_job(read_job([str(path)], Overrides(model="llama3.1-8b", gpus=16, extra={"job.seq_len": 4096})), top=3, time_limit_s=5)
-    for ed in r.edits:
-        minus = [line for line in ed.diff.splitlines() if line.startswith("-") and not line.startswith("---")]
-        assert len(minus) <= len(ed.summary), (ed.summary, ed.diff)
+    assert r.edits
+    for ed in (e for e in r.edits if not any("added" in line for line in e.summary)):  # an added block is several lines
+        for sign in "-+":
+            lines = [line for line in ed.diff.splitlines() if line.startswith(sign) and not line.startswith(sign * 3)]
+            assert len(lines) <= len(ed.summary), (sign, ed.summary, ed.diff)
+    # a file without a zero_optimization block gets none for a change that is not one of ZeRO's
+    bare = tmp_path / "bare.json"
+    bare.write_text('{\n  "train_micro_batch_size_per_gpu": 2,\n  "bf16": {"enabled": true}\n}\n')
+    r = check_job(read_job([str(bare)], Overrides(model="llama3.1-8b", gpus=16, extra={"job.seq_len": 4096})), top=5, time_limit_s=5)
+    for ch, ed in zip(r.changes, r.edits):
+        if ch.parallel.zero == 0:
+            assert "zero_optimization" not in ed.diff, ed.diff
+    # CRLF line ends, tab indentation and non-ASCII text survive an edit; 1 is not true
+    crlf = '{\r\n\t"a": 1,\r\n\t"z": {\r\n\t\t"stage": 1\r\n\t},\r\n\t"name": "na\u00efve"\r\n}\r\n'
+    doc = json.loads(crlf)
+    doc["a"], doc["z"]["overlap_comm"], doc["b"], doc["c"] = True, True, 2, 3
+    out = _json_text(doc, crlf)
+    assert json.loads(out) == doc and "\n" not in out.replace("\r\n", "")
+    assert '\t\t"overlap_comm": true,' in out and '"name": "na\u00efve"' in out and '"a": true' in out
+    assert out.index('"b"') < out.index('"c"')  # new keys keep their order
 
 
 @pytest.mark.parametrize("gpus", ["-3", "0"])

@@ -114,3 +114,21 @@ def test_the_overlap_switches_are_flags_of_estimate_and_plan():
     code, out, err = _run(["plan", "--model", "llama3.1-8b", "--gpus", "16", "-b", "32", "--no-tp-comm-overlap", "--top", "3", "--json"])
     assert code == 0, err
     assert all(p["parallel"]["tp_comm_overlap"] is False for p in json.loads(out)["plans"])
+
+
+@pytest.mark.parametrize("argv,field", [
+    (["--engine", "deepspeed", "--zero", "0", "--overlap-grad-reduce"], "parallel.overlap_grad_reduce"),  # overlap_comm is a ZeRO option
+    (["--zero", "0", "--overlap-param-gather"], "parallel.overlap_param_gather"),  # no once-per-step gather without ZeRO 1/2
+    (["--engine", "torchtitan", "--zero", "3", "--overlap-param-gather"], "parallel.overlap_param_gather"),
+])
+def test_an_overlap_the_sharding_mode_cannot_run_is_refused(argv, field):
+    code, _, err = _run(["estimate", "--model", "llama3.1-8b", "--gpus", "16", "-b", "32", *argv])
+    assert code == 2 and err.startswith(f"error: {field}: got True"), err
+
+
+def test_plan_with_a_fixed_overlap_searches_only_the_stages_that_run_it():
+    code, out, err = _run(["plan", "--model", "llama3.1-8b", "--gpus", "16", "-b", "32", "--engine", "deepspeed",
+                           "--overlap-grad-reduce", "--top", "10", "--json"])
+    assert code == 0, err
+    plans = json.loads(out)["plans"]
+    assert plans and all(p["parallel"]["zero"] >= 1 and p["parallel"]["overlap_grad_reduce"] for p in plans)

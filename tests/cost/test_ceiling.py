@@ -39,6 +39,18 @@ def test_causal_mfu_never_exceeds_the_matmul_ceiling(seed):
         assert mfu >= causal / (e.step_time_s * cluster.num_gpus * cluster.gpu.peak("bf16")) * (1 - 1e-9)
 
 
+def test_unfused_attention_executes_the_full_square():
+    """Without a flash kernel the whole s x s square runs: the executed MFU is the headline one
+    (and still under the ceiling)."""
+    model, cluster = planner.load_model("gpt3-1.3b"), planner.make_cluster("a100-sxm4-80gb", 8)
+    job = planner.Job(seq_len=2048, global_batch_size=64)
+    e = planner.estimate(model, cluster, job, planner.ParallelConfig(attention="unfused", micro_batch_size=4))
+    assert e.parallel.attention == "unfused"
+    assert mfu_executed(model, cluster, job, e) == e.mfu <= mfu_ceiling(cluster.gpu, "bf16", C)
+    f = planner.estimate(model, cluster, job, planner.ParallelConfig(micro_batch_size=4))
+    assert f.parallel.attention == "flash" and mfu_executed(model, cluster, job, f) < f.mfu
+
+
 def test_explain_shows_the_executed_mfu_where_the_full_square_one_passes_the_ceiling():
     """At 128K the full-square MFU (72.7%) is above the ceiling; explain prints the executed
     (causal) MFU beside it and that one is below."""
