@@ -376,9 +376,10 @@ def precision_rule(job: Job, engine: Engine) -> None:
 def dp_overlap_why(engine: Engine, field: str, zero: int, pp: int) -> str | None:
     """Why ``engine`` cannot run the data-parallel overlap ``field`` (overlap_grad_reduce or
     overlap_param_gather) at ZeRO ``zero`` with ``pp`` stages; None: it can. The reduction
-    overlaps unless the sharding mode reduces after the backward (DeepSpeed without ZeRO: overlap_comm is a ZeRO option); the weight gather overlaps
-    only the once-per-step gather of ZeRO 1/2 on engines with the switch (Megatron
-    --overlap-param-gather with the distributed optimizer)."""
+    overlaps unless the sharding mode reduces after the backward (DeepSpeed without ZeRO:
+    overlap_comm is a ZeRO option); the weight gather overlaps only the once-per-step gather of
+    ZeRO 1/2 on engines with the switch (Megatron --overlap-param-gather with the distributed
+    optimizer)."""
     if zero not in engine.zero_stages:
         return None  # refused on its own (parallel.zero)
     mode = engine.mode(zero, pp)
