@@ -44,6 +44,7 @@ __all__ = [
     "StageMemory",
     "bytes_per_param",
     "state_bytes_per_param",
+    "expert_shard",
     "grad_dtype",
     "activation_bytes_per_layer",
     "has_dropout",
@@ -83,6 +84,14 @@ def bytes_per_param(precision: str, zero: int, dp: int, grad_reduce: str, C: Con
         "gradients": g / dp if zero >= 2 else g,
         "optimizer": 12.0 / dp if zero >= 1 else 12.0,
     }
+
+
+def expert_shard(shard: int, tp: int, ep: int, etp: int | None) -> int:
+    """The ranks an expert weight's optimizer state is sharded over, given the dense weights'
+    ``shard`` (dp x cp, or the ZeRO shard degree): the expert data-parallel group, the world of
+    tp x dp x cp less the expert grid ep x etp (Megatron-core's expert data-parallel group;
+    etp None: tp)."""
+    return max(1, shard * tp // (ep * (etp or tp)))
 
 
 @lru_cache(maxsize=16384)

@@ -104,7 +104,7 @@ def _stage_peak(model: ModelSpec, job: Job, key: tuple, stage: int, n: int, para
     zero = par.zero
     mode = _mode(engine, zero, pp)
     shard = par.zero_shard_degree or par.dp * par.cp
-    shard_e = max(1, shard * par.tp // (par.ep * (par.etp or par.tp)))
+    shard_e = M.expert_shard(shard, par.tp, par.ep, par.etp)
     grad_sync = stage_grad_sync(engine, zero, pp)
     key = (prec, zero, job.grad_reduce, C, mem.states, grad_sync, mem.fp8_weight_cache, mem.foreach_optimizer_temp,
            fp8_gathers(engine, job, zero))

@@ -428,7 +428,7 @@ def stage_sync(cluster: ClusterSpec, job: Job, par: ParallelConfig, params: dict
             parts = (reduction, (gat, 0.0))
     # the optimizer updates the shard each rank holds: dense weights over dp x cp, experts over the
     # expert data-parallel group (as memory_peak shards their states: dp x cp x tp / (ep x etp))
-    shard_e = max(1, shard * par.tp // (par.ep * (par.etp or par.tp)))
+    shard_e = M.expert_shard(shard, par.tp, par.ep, par.etp)
     held = dense_p / shard + exp_p / shard_e if par.zero >= 1 else dense_p + exp_p
     opt = held * C.OPTIMIZER_BYTES_PER_PARAM / (gpu.hbm_bandwidth_bytes_per_s * C.HBM_STREAM_EFFICIENCY)
     if job.precision == "fp8" and engine.fp8_casts == "te":  # FP8 cast-transpose of the updated weights, once per step (TE weight cache)
