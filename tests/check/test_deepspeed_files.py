@@ -186,6 +186,7 @@ def test_a_misspelt_top_level_key_is_a_finding_and_bfloat16_is_read(tmp_path):
     q.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bfloat16": {"enabled": True}, "zero_optimization": {"stage": 2}}))
     cj = read_job([str(q)], Overrides(model="llama3.1-8b", gpus=8, extra={"job.seq_len": 4096}))
     assert cj.job.precision == "bf16" and cj.sources["job.precision"][1].where.endswith("bfloat16.enabled") and not cj.findings
+    assert not any(i.startswith("bfloat16") for i in cj.ignored)  # read, so not listed as ignored
 
 
 def test_an_activation_checkpointing_block_is_read_as_full_recompute_and_says_so(tmp_path):

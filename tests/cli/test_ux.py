@@ -243,6 +243,21 @@ def test_gpus_beyond_a_cluster_preset_are_noted(capsys):
     assert code == 0 and "more than the" not in out
 
 
+def test_a_cluster_file_without_a_size_takes_gpus_and_a_gpu_files_errors_keep_their_field(capsys, tmp_path):
+    """A cluster file need not state num_gpus (--gpus sizes it, with no note); an error inside a
+    GPU file the cluster names is reported against the GPU file's own field."""
+    c = tmp_path / "c.yaml"
+    c.write_text("name: x\ngpu: h100-sxm5-80gb\ngpus_per_node: 8\n")
+    code, out, err = run(capsys, "estimate", "--model", "llama3.1-8b", "--cluster", str(c), "--gpus", "16", "--tp", "2", "-b", "32")
+    assert code == 0, err
+    assert "step time" in out and "more than the" not in out
+    g = tmp_path / "mygpu.yaml"
+    g.write_text("id: mygpu\nname: my\nmemory_gib: -5\nhbm_bandwidth_gbs: 3000\npeak_tflops: {bf16: 900}\nsm_count: 132\n")
+    c.write_text(f"gpu: {g}\nnum_gpus: 16\n")
+    code, _, err = run(capsys, "plan", "--model", "llama3.1-8b", "--cluster", str(c))
+    assert code == 2 and f"{g}.memory_gib: got -5" in err, err
+
+
 def test_json_outputs_match_the_shipped_schemas(capsys, tmp_path):
     code, out, err = run(capsys, "plan", *SMALL, "--top", "3", "--explain", "--json")
     assert code == 0, err
