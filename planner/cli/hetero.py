@@ -33,7 +33,7 @@ def hetero_cmd(
     Example:
       planner hetero mixed.yaml --model llama3.1-70b -s 4096 -b 256
     """
-    from planner.cli.common import DEFAULTS, fixed_from_flags  # noqa: PLC0415
+    from planner.cli.common import DEFAULTS, _default, _flag, fixed_from_flags  # noqa: PLC0415
     from planner.errors import InputError  # noqa: PLC0415
     from planner.io.loaders import load_hetero, load_model  # noqa: PLC0415
     from planner.search.hetero import hetero_plan  # noqa: PLC0415
@@ -41,9 +41,11 @@ def hetero_cmd(
 
     if top < 1:
         raise InputError("--top", top, "a positive integer")
+    _flag("--seq-len", seq_len, "seq")
+    _flag("--global-batch-size", global_batch_size, "gbs")
     hc = load_hetero(cluster_file)
-    m = load_model(model or DEFAULTS["model"])
-    job = Job(seq_len or DEFAULTS["seq_len"], global_batch_size or DEFAULTS["global_batch_size"], precision or DEFAULTS["precision"],
+    m = load_model(_default(model, "model"))
+    job = Job(_default(seq_len, "seq_len"), _default(global_batch_size, "global_batch_size"), _default(precision, "precision"),
               fp8_recipe=fp8_recipe or "auto", fp8_param_gather=fp8_param_gather, fp8_tp_gather=fp8_tp_gather,
               cross_entropy=cross_entropy or "auto")
     fixed = fixed_from_flags(tp=tp, pp=pp, dp=dp, micro_batch_size=micro_batch_size, recompute=recompute)
@@ -67,5 +69,5 @@ def hetero_cmd(
                    f"step {b.step_time_s:.4g} s, {b.tokens_per_s:,.0f} tok/s on {b.gpus_used} GPUs "
                    f"(even split: {e.step_time_s:.4g} s{'' if e.fits else ', does not fit'}; {100 * (e.step_time_s / b.step_time_s - 1):+.1f}%)")
         for s, (g, n, t, mem, cap) in enumerate(zip(b.placement, b.layers_per_stage, b.stage_times_s, b.stage_memory_bytes, b.stage_capacity_bytes)):
-            typer.echo(f"   stage {s}: {names[g]:<16} {n:>3} layers  {1e3 * t:8.1f} ms/micro-batch  {mem / 2**30:5.1f}/{cap / 2**30:.1f} GiB")
+            typer.echo(f"   stage {s}: {names[g]:<16} {n:>3} layers  {1e3 * t:8.1f} ms/micro-batch  {mem / 2**30:5.1f}/{cap / 2**30:.1f} GiB usable")
     typer.echo(f"{n_cand} candidates, {solved} placement programs solved" + ("" if proven else f" (search limit {time_limit:g} s hit: best so far)"))

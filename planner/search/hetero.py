@@ -144,7 +144,7 @@ def hetero_evaluate(model: ModelSpec, hc: HeteroCluster, job: Job, par: Parallel
         params = M.stage_params(model, n, i, pp, par.tp, par.ep, n_dense=dcounts[i], etp=par.etp)
         syncs.append(stage_sync(c, job, pg, params, n, t_i, m, costs[4]["bwd_dense_s"], costs[4]["fwd_dense_s"], C, eng))
         mem.append(stage_memory(model, job, pg, i, n, params, m, C, eng).total_bytes)
-        cap.append(c.gpu.memory_bytes)
+        cap.append(c.gpu.memory_bytes * (1 - C.MEMORY_MARGIN_FRACTION))  # usable, as planner.estimate's fit
         t.append(t_i)
     pp_links = group_links(clusters[placement[0]], par)["pp"]
     emb = embedding_sync_time(model, par, M.grad_bytes(job.precision, job.grad_reduce), pp_links,
@@ -200,7 +200,8 @@ def hetero_place(model: ModelSpec, hc: HeteroCluster, job: Job, par: ParallelCon
             oa, ob = af.opt[i]
             prog.row(ts * ob - big_t, INF, [(O, 1.0), (n[i], -ts * oa), (x[i][g], -big_t)])
             ma, mb = af.mem[i]
-            prog.row(-INF, ms * clusters[g].gpu.memory_bytes + big_m - ms * mb, [(n[i], ms * ma), (x[i][g], big_m)])
+            prog.row(-INF, ms * clusters[g].gpu.memory_bytes * (1 - C.MEMORY_MARGIN_FRACTION) + big_m - ms * mb,
+                     [(n[i], ms * ma), (x[i][g], big_m)])
     # Symmetry breaking: middle stages (1 .. pp-2) have the same costs in every position, so
     # any placement can be reordered to put their group index non-decreasing and, within one
     # group, their layer counts non-increasing, without changing the objective.
@@ -290,7 +291,7 @@ def hetero_plan(model: ModelSpec, hc: HeteroCluster, job: Job, fixed: dict | Non
     eng, C = get_engine(engine), constants or DEFAULT_CONSTANTS
     job = resolve_job(job, eng)  # the FP8 recipe the engine runs (checked)
     states_of = states_bound_fn(model, job.precision, C, grad_reduce=job.grad_reduce, fp8_params=fp8_gathers(eng, job, 1))
-    cap = max(g.gpu.memory_bytes for g in hc.groups)
+    cap = max(g.gpu.memory_bytes for g in hc.groups) * (1 - C.MEMORY_MARGIN_FRACTION)  # usable, as planner.estimate's fit
     pool = []
     for par in _candidates(model, hc, job, dict(fixed or {}), eng):
         try:

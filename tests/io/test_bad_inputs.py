@@ -134,6 +134,8 @@ CASES = [
     ("hetero-group-key", ["hetero", "{f}"], "m.yaml", {"groups": [{"gpu": "a100-sxm4-80gb", "count": 64}, {"gpu": "h100-sxm5-80gb", "cnt": 32}]},
      "groups[1].cnt: got 'cnt', expected a known field name (did you mean count?)"),
     ("hetero-group-gpu", ["hetero", "{f}"], "m.yaml", {"groups": [{"gpu": "a100", "count": 64}]}, "groups[0].gpu: got 'a100'"),
+    ("hetero-batch-zero", ["hetero", "{f}", "-b", "0"], "m.yaml", {"groups": [{"gpu": "h100-sxm5-80gb", "count": 8}]}, "--global-batch-size: got 0"),
+    ("hetero-seq-zero", ["hetero", "{f}", "-s", "0"], "m.yaml", {"groups": [{"gpu": "h100-sxm5-80gb", "count": 8}]}, "--seq-len: got 0"),
     ("cluster-latency-text", ["plan", "--cluster", "{f}"], "c.yaml", dict(_CLUSTER, intra_node={"latency_us": "fast"}), "intra_node.latency_us"),
     ("cluster-gpus-not-multiple", ["plan", "--cluster", "{f}"], "c.yaml", dict(_CLUSTER, num_gpus=20), "hardware.num_gpus"),
     # --- scenario / runs files ---

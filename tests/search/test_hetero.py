@@ -50,6 +50,18 @@ def test_one_group_reproduces_the_homogeneous_estimate():
         est = estimate(MODEL, hc.group_cluster(0, 32), JOB, par)
         assert het.step_time_s == pytest.approx(est.step_time_s, rel=1e-12)
         assert max(het.stage_memory_bytes) == pytest.approx(est.memory_peak_bytes, rel=1e-12)
+        # and fits exactly where estimate says it fits: both keep the memory margin free
+        assert het.fits == est.fits and max(het.stage_capacity_bytes) == pytest.approx(est.memory_usable_bytes, rel=1e-12)
+
+
+def test_a_one_group_plan_fits_as_planner_estimate_prices_it():
+    """The search's best on one group of 64 H100 fits under planner.estimate (the margin kept free:
+    it once chose a stage at 76.1 GiB of 79.6, over the 75.6 usable)."""
+    hc = HeteroCluster("h100", (group(H100, 64),))
+    model, job = load_model("llama3.1-70b"), Job(8192, 256)
+    best, _ = hetero_plan(model, hc, job, {}, top_k=1)[0][0]
+    par = ParallelConfig(**{**best.parallel.__dict__, "layers_per_stage": best.layers_per_stage})
+    assert estimate(model, hc.group_cluster(0, 64), job, par).fits
 
 
 def test_group_capacity_limits_placement():
