@@ -142,8 +142,12 @@ def goodput_lines(g, n_tokens: float | None, tokens_per_s: float | None, price: 
         from planner.studies.costing import training_cost  # noqa: PLC0415
 
         c = training_cost(n_tokens, tokens_per_s, g.n_gpus, price or 0.0, max(g.goodput_fraction, 1e-300))
-        line = (f"{_count(n_tokens)} tokens at {tokens_per_s:,.0f} tok/s: compute {fmt_duration(c.compute_time_s)}, "
-                f"expected wall {fmt_duration(c.wall_time_s)}, {c.gpu_hours:,.0f} GPU-h")
+        line = f"{_count(n_tokens)} tokens at {tokens_per_s:,.0f} tok/s: compute {fmt_duration(c.compute_time_s)}, "
+        if not finishes(g):
+            out.append(line + f"expected wall: never (goodput {g.goodput_fraction:.2g}: failures come faster than "
+                              "checkpoints save progress)")
+            return out
+        line += f"expected wall {fmt_duration(c.wall_time_s)}, {c.gpu_hours:,.0f} GPU-h"
         if price is not None:
             line += f", cost {money(c.cost)}"
         out.append(line)
@@ -161,9 +165,19 @@ def goodput_dict(g, n_tokens: float | None, tokens_per_s: float | None, price: f
         from planner.studies.costing import training_cost  # noqa: PLC0415
 
         c = training_cost(n_tokens, tokens_per_s, g.n_gpus, price or 0.0, max(g.goodput_fraction, 1e-300))
-        d.update(n_tokens=n_tokens, tokens_per_s=tokens_per_s, compute_time_s=c.compute_time_s, wall_time_s=c.wall_time_s,
-                 gpu_hours=c.gpu_hours, price_per_gpu_hour=price, cost=c.cost if price is not None else None)
+        done = finishes(g)  # JSON has no infinity: a job that never finishes has null wall time, GPU-hours and cost
+        d.update(n_tokens=n_tokens, tokens_per_s=tokens_per_s, compute_time_s=c.compute_time_s, finishes=done,
+                 wall_time_s=c.wall_time_s if done else None, gpu_hours=c.gpu_hours if done else None, price_per_gpu_hour=price,
+                 cost=c.cost if price is not None and done else None)
     return d
+
+
+def finishes(g) -> bool:
+    """Whether the job makes progress worth a wall time: goodput above 1e-6 (below it the expected
+    wall time is over a million times the compute time, and overflows at the extreme)."""
+    import math  # noqa: PLC0415
+
+    return g.goodput_fraction > 1e-6 and math.isfinite(g.goodput_fraction)
 
 
 __all__.append("goodput_dict")

@@ -164,3 +164,23 @@ def test_default_write_bandwidth_is_per_node_times_nodes_capped():
     assert checkpoint_write_bandwidth(2048) == FS_WRITE_CAP_BYTES_PER_S == 2e12
     with pytest.raises(InputError):
         checkpoint_write_bandwidth(0)
+
+
+def test_a_job_that_never_finishes_says_so_and_its_json_parses():
+    """At a failure rate where checkpoints cannot keep up, the expected wall time is not a number
+    worth printing (it overflowed into hundreds of digits and JSON's non-standard Infinity): the
+    text says never, the JSON has finishes false and nulls."""
+    import json  # noqa: PLC0415
+
+    from conftest import run_cli  # noqa: PLC0415
+
+    argv = ["goodput", "--params", "405B", "--gpus", "16384", "--tokens", "15.6T", "--tokens-per-s", "2.5e6"]
+    code, out, err = run_cli([*argv, "--failure-rate", "1"])
+    assert code == 0, err
+    assert "expected wall: never" in " ".join(out.split()) and "inf" not in out
+    code, out, err = run_cli([*argv, "--failure-rate", "1", "--json"])
+    doc = json.loads(out, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))  # no Infinity/NaN
+    assert doc["finishes"] is False and doc["wall_time_s"] is None and doc["gpu_hours"] is None
+    code, out, err = run_cli([*argv, "--json"])
+    doc = json.loads(out)
+    assert doc["finishes"] is True and doc["wall_time_s"] > doc["compute_time_s"] > 0
