@@ -113,7 +113,8 @@ def _usage_message(exc) -> str:
         opts = [o for p in ctx.command.params for o in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ()))
                 if o.startswith("--")]
         hint = suggest(name, opts)
-        return f"no such option: {name}" + (f" ({hint})" if hint else f" (planner {ctx.command.name} --help)")
+        path = ctx.command_path.split(" ", 1)[1] if " " in ctx.command_path else ctx.command.name  # "models list", not "list"
+        return f"no such option: {name}" + (f" ({hint})" if hint else f" (planner {path} --help)")
     return " ".join(exc.format_message().split())
 
 

@@ -598,3 +598,8 @@ def test_a_wrong_type_reads_the_same_from_click_without_pydantic():
     exc.param = _Param()
     assert _bad_value(exc, ["plan", "-n", "abc"]) == ("--gpus", "abc", "an integer")
     assert _bad_value(exc, ["plan", "--gpus=7x"]) == ("--gpus", "7x", "an integer")
+
+
+def test_an_unknown_option_of_a_subcommand_names_its_whole_command(capsys):
+    code, _, err = run(capsys, "models", "list", "--json")
+    assert code == 2 and "(planner models list --help)" in err, err
