@@ -7,7 +7,7 @@ compares each plan with the even split on the same placement.
 from __future__ import annotations
 
 import json as _json
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -25,7 +25,7 @@ def hetero_cmd(
     engine: O.EngineOpt = None, fp8_recipe: O.Fp8RecipeOpt = None, fp8_param_gather: O.Fp8GatherOpt = None,
     fp8_tp_gather: O.Fp8TpGatherOpt = None, cross_entropy: O.CrossEntropyOpt = None,
     top: Annotated[int, typer.Option("--top", "-k", help="How many plans to show.")] = 3,
-    time_limit: Annotated[float, typer.Option("--search-limit", help="Seconds for the whole search.")] = 60.0,
+    time_limit: Annotated[Optional[float], typer.Option("--search-limit", help="Seconds for the whole search (default: --time-limit, 30 s); hit, it exits 3 with the best plans so far.")] = None,
     json: O.JsonOpt = False,
 ) -> None:
     """Place pipeline stages on the GPU groups of a mixed cluster and split layers by group speed and memory.
@@ -41,6 +41,10 @@ def hetero_cmd(
 
     if top < 1:
         raise InputError("--top", top, "a positive integer")
+    if time_limit is None:
+        from planner.search.plan import TIME_LIMIT_S  # noqa: PLC0415  (the global --time-limit, when given)
+
+        time_limit = TIME_LIMIT_S.get()
     _flag("--seq-len", seq_len, "seq")
     _flag("--global-batch-size", global_batch_size, "gbs")
     hc = load_hetero(cluster_file)
@@ -60,6 +64,8 @@ def hetero_cmd(
                                                           "fits": e.fits}} for b, e in pairs]
         typer.echo(_json.dumps({"schema": "planner-hetero/1", "cluster": hc.name, "groups": [{"gpu": g.gpu.id, "count": g.count} for g in hc.groups],
                                 "model": m.name, "plans": rows, "candidates": n_cand, "programs_solved": solved, "proven": proven}, indent=2))
+        if not proven:
+            raise typer.Exit(3)
         return
     groups = " + ".join(f"{g.count} x {g.gpu.id}" for g in hc.groups)
     typer.echo(f"{m.name} on {hc.name} ({groups}), seq {job.seq_len}, batch {job.global_batch_size}, {job.precision}")
@@ -71,3 +77,5 @@ def hetero_cmd(
         for s, (g, n, t, mem, cap) in enumerate(zip(b.placement, b.layers_per_stage, b.stage_times_s, b.stage_memory_bytes, b.stage_capacity_bytes)):
             typer.echo(f"   stage {s}: {names[g]:<16} {n:>3} layers  {1e3 * t:8.1f} ms/micro-batch  {mem / 2**30:5.1f}/{cap / 2**30:.1f} GiB usable")
     typer.echo(f"{n_cand} candidates, {solved} placement programs solved" + ("" if proven else f" (search limit {time_limit:g} s hit: best so far)"))
+    if not proven:
+        raise typer.Exit(3)  # as plan: a time limit hit, the best plans so far on stdout

@@ -292,6 +292,8 @@ def hetero_plan(model: ModelSpec, hc: HeteroCluster, job: Job, fixed: dict | Non
     job = resolve_job(job, eng)  # the FP8 recipe the engine runs (checked)
     states_of = states_bound_fn(model, job.precision, C, grad_reduce=job.grad_reduce, fp8_params=fp8_gathers(eng, job, 1))
     cap = max(g.gpu.memory_bytes for g in hc.groups) * (1 - C.MEMORY_MARGIN_FRACTION)  # usable, as planner.estimate's fit
+    if (fixed or {}).get("pp") == 1:
+        raise InputError("parallel.pp", 1, "at least 2 pipeline stages (one stage runs on one GPU type: `planner plan` prices it)")
     pool = []
     for par in _candidates(model, hc, job, dict(fixed or {}), eng):
         try:
@@ -320,5 +322,7 @@ def hetero_plan(model: ModelSpec, hc: HeteroCluster, job: Job, fixed: dict | Non
     if not found and not proven:
         raise SolverFailure(f"time limit of {time_limit_s:g} s hit after {stats.programs} of {len(pool)} placement programs, none fitting yet")
     if not found:
-        raise NoFeasiblePlan(f"no placement of {model.name} fits on {hc.name} ({hc.num_gpus} GPUs)")
+        why = "" if pool else (" (no candidate: hetero places at least 2 pipeline stages of whole nodes; with fewer stage slots "
+                               "the job runs on one GPU type, which `planner plan` prices)")
+        raise NoFeasiblePlan(f"no placement of {model.name} fits on {hc.name} ({hc.num_gpus} GPUs){why}")
     return [(r[6], r[7]) for r in found[:top_k]], len(pool), stats, proven

@@ -127,3 +127,20 @@ def test_placement_program_matches_enumeration_with_two_part_dp_sync(opg):
              for c in itertools.combinations(range(1, 12), 3)]
     brute = min(e.step_time_s for e in every if e.fits)
     assert best is not None and best.step_time_s == pytest.approx(brute, rel=1e-9)
+
+
+def test_cli_hetero_time_limit_exits_3_and_one_stage_is_refused(tmp_path, capsys):
+    """A search cut short prints its best plans and exits 3, as plan does (the global --time-limit
+    bounds it); --pp 1 is one GPU type's job, refused with a pointer to planner plan; a cluster with
+    fewer than two stage slots says why nothing is placed."""
+    f = tmp_path / "c.yaml"
+    f.write_text("groups:\n  - {gpu: a100-sxm4-80gb, count: 64}\n  - {gpu: h100-sxm5-80gb, count: 64}\n")
+    assert main(["--time-limit", "0.5", "hetero", str(f), "--model", "llama3.1-70b", "-s", "4096", "-b", "256"]) == 3
+    got = capsys.readouterr()
+    assert "hit: best so far" in got.out or "time limit of 0.5 s hit" in got.err  # plans so far, or none yet
+    assert main(["hetero", str(f), "--model", "gpt3-125m", "--pp", "1"]) == 2
+    assert "parallel.pp: got 1, expected at least 2" in capsys.readouterr().err
+    one = tmp_path / "one.yaml"
+    one.write_text("groups:\n  - {gpu: h100-sxm5-80gb, count: 1, gpus_per_node: 1}\n")
+    assert main(["hetero", str(one), "--model", "gpt3-125m", "-s", "2048", "-b", "8"]) == 1
+    assert "hetero places at least 2 pipeline stages" in capsys.readouterr().err
