@@ -292,6 +292,9 @@ def hetero_plan(model: ModelSpec, hc: HeteroCluster, job: Job, fixed: dict | Non
     job = resolve_job(job, eng)  # the FP8 recipe the engine runs (checked)
     states_of = states_bound_fn(model, job.precision, C, grad_reduce=job.grad_reduce, fp8_params=fp8_gathers(eng, job, 1))
     cap = max(g.gpu.memory_bytes for g in hc.groups) * (1 - C.MEMORY_MARGIN_FRACTION)  # usable, as planner.estimate's fit
+    gpn = min(g.gpus_per_node for g in hc.groups)
+    if (fixed or {}).get("tp") is not None and gpn % fixed["tp"]:
+        raise InputError("parallel.tp", fixed["tp"], f"a divisor of the GPUs per node ({gpn}): each stage is whole nodes of one type")
     if (fixed or {}).get("pp") == 1:
         raise InputError("parallel.pp", 1, "at least 2 pipeline stages (one stage runs on one GPU type: `planner plan` prices it)")
     pool = []

@@ -140,6 +140,8 @@ def test_cli_hetero_time_limit_exits_3_and_one_stage_is_refused(tmp_path, capsys
     assert "hit: best so far" in got.out or "time limit of 0.5 s hit" in got.err  # plans so far, or none yet
     assert main(["hetero", str(f), "--model", "gpt3-125m", "--pp", "1"]) == 2
     assert "parallel.pp: got 1, expected at least 2" in capsys.readouterr().err
+    assert main(["hetero", str(f), "--model", "gpt3-125m", "--tp", "3"]) == 2
+    assert "parallel.tp: got 3, expected a divisor of the GPUs per node (8)" in capsys.readouterr().err
     one = tmp_path / "one.yaml"
     one.write_text("groups:\n  - {gpu: h100-sxm5-80gb, count: 1, gpus_per_node: 1}\n")
     assert main(["hetero", str(one), "--model", "gpt3-125m", "-s", "2048", "-b", "8"]) == 1
