@@ -55,16 +55,23 @@ def calibrate_cmd(
         raise InputError(runs_file, "no constant moves the predicted step times by 2 %", "runs whose step times depend on the constants")
     base = start_values(runs, None)
     res = fit_runs(runs, chosen)
-    save_profile(out, profile_from_result(res), force=force)
+    # a constant the fit drives to its bound is not a measurement of the cluster: the runs are
+    # further from the cost model than the constants can absorb (wrong units, wrong hardware or
+    # layout fields); no profile is written from it
+    stuck = [k for k in chosen if res.at_bound[k]]
+    if not stuck:
+        save_profile(out, profile_from_result(res), force=force)
     dropped = [n for n in names if n not in chosen]
     if json:
         typer.echo(_json.dumps({
-            "schema": "planner-calibration/1", "profile": out, "runs": len(runs),
+            "schema": "planner-calibration/1", "profile": None if stuck else out, "runs": len(runs), "at_bound": stuck,
             "constants": {k: {"default": base[k], "value": res.values[k], "uncertainty": res.uncertainties[k],
                               "at_bound": res.at_bound[k], "max_sensitivity": strength[k]} for k in chosen},
             "dropped": {k: strength[k] for k in dropped},
             "mape_before_pct": res.mape_before_pct, "mape_after_pct": res.mape_after_pct,
             "rms_log_residual": res.rms_log_residual}, indent=2))
+        if stuck:
+            raise typer.Exit(1)
         return
     typer.echo(f"{len(runs)} measured runs from {runs_file}")
     typer.echo(f"{'constant':<34} {'default':>8} {'fitted':>8} {'+/- 1 sigma':>12}  max |dlog t/dlog c|")
@@ -74,4 +81,9 @@ def calibrate_cmd(
     for k in dropped:
         typer.echo(f"{k:<34} {base[k]:>8.4f} {'-':>8} {'-':>12}  {strength[k]:.3f} (not identifiable from these runs)")
     typer.echo(f"MAPE before {res.mape_before_pct:.2f} %, after {res.mape_after_pct:.2f} %, rms log residual {res.rms_log_residual:.4f}")
+    if stuck:
+        typer.echo(f"no profile written: {', '.join(stuck)} ended at the bound of the fit (MAPE {res.mape_after_pct:.1f} % after): "
+                   "the runs are further from the cost model than these constants can absorb; check measured.step_time_s "
+                   "(seconds per optimizer step) and the runs' hardware and parallel fields", err=True)
+        raise typer.Exit(1)
     typer.echo(f"profile written to {out} (use: planner plan --profile {out})")

@@ -213,3 +213,22 @@ def test_example_runs_file_recovers_its_truth(capsys):
         # the README's example output is this fit (regenerate examples/my_runs.json with _runs_file when the model changes)
         row = next(ln.split() for ln in readme.splitlines() if ln.startswith(k + " "))
         assert (float(row[2]), float(row[3])) == (round(c[k]["value"], 4), round(c[k]["uncertainty"], 4)), (k, row, c[k])
+
+
+def test_calibrate_writes_no_profile_from_constants_driven_to_their_bounds(capsys, tmp_path):
+    """Runs 100x slower than any constant can explain (seconds mistaken for centiseconds, say)
+    drive the fit to its bounds: no profile is written, exit 1, and the message says why."""
+    from pathlib import Path
+
+    doc = json.loads((Path(__file__).resolve().parents[2] / "examples" / "my_runs.json").read_text())
+    for r in doc["runs"]:
+        r["measured"]["step_time_s"] *= 100
+    runs, prof = tmp_path / "slow.json", tmp_path / "p.yaml"
+    runs.write_text(json.dumps(doc))
+    code, out, err = run(capsys, "calibrate", str(runs), "--out", str(prof))
+    assert code == 1 and not prof.exists()
+    assert "(at bound)" in out and "no profile written" in err
+    code, out, err = run(capsys, "calibrate", str(runs), "--out", str(prof), "--json")
+    assert code == 1 and not prof.exists()
+    d = json.loads(out)
+    assert d["profile"] is None and d["at_bound"]
