@@ -68,13 +68,14 @@ def timeline_cmd(plan: PlanArg, out: OutOpt, rank: RankOpt = 1, force: ForceOpt 
 
 _MEMORY_KEYS = (("weights_bytes", "weights"), ("gradients_bytes", "gradients"), ("optimizer_bytes", "optimizer_states"),
                 ("activations_bytes", "activations"), ("logits_bytes", "logits"), ("buffers_bytes", "buffers"),
-                ("reserve_bytes", "reserve"))
+                ("reserve_bytes", "reserve"), ("framework_bytes", "outside the allocator"))  # the bars add up to the peak
 
 
 @chart_app.command("memory")
 def memory_chart_cmd(plan: PlanArg, out: OutOpt, rank: RankOpt = 1, force: ForceOpt = False) -> None:
     """Stacked bars of memory per GPU on each pipeline stage (weights, gradients, optimizer
-    states, activations, logits, buffers, allocator reserve) against the GPU's capacity.
+    states, activations, logits, buffers, allocator reserve, memory outside the allocator)
+    against the GPU's capacity; each bar adds up to the stage's predicted peak.
 
     Examples:
       planner plan --json > plan.json
@@ -95,7 +96,8 @@ def memory_chart_cmd(plan: PlanArg, out: OutOpt, rank: RankOpt = 1, force: Force
     stages = [{name: float(s.get(key, 0.0)) for key, name in _MEMORY_KEYS} for s in by_stage]
     par = entry.get("parallel") or {}
     title = (f"{(doc.get('model') or {}).get('name', 'model')}: memory per GPU by stage "
-             f"(tp={par.get('tp')} pp={par.get('pp')} mb={par.get('micro_batch_size')} {par.get('recompute')} zero={par.get('zero')})")
+             f"(tp={par.get('tp')} pp={par.get('pp')} dp={par.get('dp')} cp={par.get('cp')} vpp={par.get('vpp')} "
+             f"mb={par.get('micro_batch_size')} {par.get('recompute')} zero={par.get('zero')})")
     written = write_memory_chart(stages, pred.get("memory_capacity_bytes", 0), out, force=force, title=title)
     console().print(f"wrote {written}: {plural(len(stages), 'stage')}, peak {gib(pred.get('memory_peak_bytes', 0))} GiB "
                     f"of {gib(pred.get('memory_capacity_bytes', 0))} GiB")

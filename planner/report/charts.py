@@ -29,7 +29,8 @@ __all__ = [
 
 BYTES_PER_GIB = 2**30
 # Canonical stacking order (bottom to top); other keys follow in first-seen order.
-MEMORY_CATEGORIES: tuple[str, ...] = ("weights", "gradients", "optimizer_states", "activations", "buffers", "reserve")
+MEMORY_CATEGORIES: tuple[str, ...] = ("weights", "gradients", "optimizer_states", "activations", "buffers", "reserve",
+                                      "outside the allocator")
 _COLOURS = ("#4878d0", "#6acc64", "#d65f5f", "#956cb4", "#8c8c8c", "#ee854a", "#dc7ec0", "#82c6e2")
 _SUFFIX_FORMATS = {".svg": "svg", ".png": "png"}
 

@@ -109,3 +109,24 @@ def test_unknown_suffix_rejected(tmp_path: Path) -> None:
     assert exc.value.field == "path"
     with pytest.raises(InputError):
         write_memory_chart(STAGES, 80 * GIB, tmp_path / "mem")
+
+
+def test_memory_chart_bars_add_up_to_each_stages_peak(tmp_path: Path) -> None:
+    """`planner chart memory` draws every part of a stage's predicted peak, memory outside the
+    allocator included (it drew 63.3 of a 66.6 GiB peak), and its title names every degree."""
+    import json
+
+    from planner.cli.pictures import _MEMORY_KEYS
+    from tests.conftest import run_cli
+
+    plan = tmp_path / "plan.json"
+    code, out, err = run_cli(["plan", "--model", "llama3.1-8b", "--gpus", "16", "-b", "32", "--pp", "2", "--top", "1", "--json"])
+    assert code == 0, err
+    plan.write_text(out)
+    pred = json.loads(out)["plans"][0]["predicted"]
+    for s in pred["memory_by_stage"]:
+        assert sum(s.get(k, 0.0) for k, _ in _MEMORY_KEYS) == pytest.approx(s["total_bytes"], rel=1e-9)
+    code, out, err = run_cli(["chart", "memory", str(plan), "--out", str(tmp_path / "m.svg")])
+    assert code == 0, err
+    svg = (tmp_path / "m.svg").read_text()
+    assert "outside the allocator" in svg and "dp=" in svg and "vpp=" in svg
