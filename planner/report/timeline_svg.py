@@ -110,7 +110,8 @@ def _shade(hex_colour: str, chunk: int | None, vpp: int) -> str:
 def _title(schedule: Schedule) -> str:
     makespan_s, bubble = makespan_and_bubble(schedule)
     return (f"{schedule.kind} schedule, pp={schedule.pp}, vpp={schedule.vpp}, "
-            f"m={schedule.num_microbatches}: step time {fmt_time(makespan_s)} (bubble {bubble:.1%})")
+            f"m={schedule.num_microbatches}: step time {fmt_time(makespan_s)} (bubble {bubble:.1%} of the bubble-free "
+            "pipeline time, t_pb/t_id; explain gives it as a share of the step)")
 
 
 def _kinds_present(schedule: Schedule) -> list[str]:
