@@ -12,7 +12,7 @@ import typer
 from planner.cli import options as O
 from planner.cli.app import app
 from planner.errors import InputError, NoFeasiblePlan
-from planner.report.tables import compact_table, console, fmt_time, fmt_tokens, track
+from planner.report.tables import compact_table, console, fmt_time, fmt_tokens, track, wrap
 from planner.units import gib, plural
 
 __all__ = ["timeline_cmd", "chart_app", "memory_chart_cmd", "scaling_chart_cmd", "parse_counts"]
@@ -142,7 +142,8 @@ def scaling_chart_cmd(
             continue
         e, p = best.estimate, best.parallel
         points.append((n, e.tokens_per_s, e.mfu))
-        rows.append((str(n), f"{p.tp}/{p.pp}/{p.dp}/{p.cp}", f"{p.micro_batch_size}x{e.num_microbatches}", fmt_time(e.step_time_s),
+        rows.append((str(n), f"{p.tp}/{p.pp}/{p.dp}/{p.cp}", f"{p.micro_batch_size}x{e.num_microbatches}",
+                     "sel" if p.recompute == "selective" else p.recompute, fmt_time(e.step_time_s),
                      fmt_tokens(e.tokens_per_s), f"{100 * e.mfu:.1f}%"))
     for line in skipped:
         typer.echo(f"skipped {line}", err=True)
@@ -153,12 +154,20 @@ def scaling_chart_cmd(
     title = f"{name} on {setup.cluster.gpu.id}, seq {j.seq_len}, batch {j.global_batch_size}"
     written = write_scaling_chart(points, out, force=force, title=title)
     t = compact_table()
-    for col in ("GPUs", "tp/pp/dp/cp", "mb x n", "step", "tok/s", "MFU"):
-        t.add_column(col, justify="left" if col == "tp/pp/dp/cp" else "right", no_wrap=True)
+    for col in ("GPUs", "tp/pp/dp/cp", "mb x n", "rec", "step", "tok/s", "MFU"):
+        t.add_column(col, justify="left" if col in ("tp/pp/dp/cp", "rec") else "right", no_wrap=True)
     for r in rows:
         t.add_row(*r)
     con = console()
     con.print(title)
     con.print(t)
+    # scaling efficiency (tokens/s per GPU against the smallest count's) above 100%: the smaller
+    # count's best plan pays for something the larger one does not (recompute, a thinner layout)
+    n0, tps0, _ = points[0]
+    above = [f"{n} GPUs {100 * tps * n0 / (n * tps0):.0f}%" for n, tps, _ in points[1:] if tps * n0 > n * tps0 * 1.001]
+    if above:
+        con.print(wrap(f"note: scaling efficiency above 100% ({', '.join(above)} of {n0} GPUs' tokens/s per GPU): the smaller "
+                       "count's best plan pays for memory it lacks (recompute, more model parallelism); compare the rows' "
+                       "layouts above"), style="dim")
     con.print(f"wrote {written}")
 

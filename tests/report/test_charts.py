@@ -130,3 +130,14 @@ def test_memory_chart_bars_add_up_to_each_stages_peak(tmp_path: Path) -> None:
     assert code == 0, err
     svg = (tmp_path / "m.svg").read_text()
     assert "outside the allocator" in svg and "dp=" in svg and "vpp=" in svg
+
+
+def test_scaling_chart_says_why_efficiency_passes_100_percent(tmp_path: Path) -> None:
+    """Llama 3.1 8B needs full recompute on 2 GPUs and none on 8: per-GPU throughput rises with
+    the count (135%), and the command says why instead of leaving a >100% efficiency unexplained."""
+    from tests.conftest import run_cli
+
+    code, out, err = run_cli(["chart", "scaling", "--model", "llama3.1-8b", "--gpus", "2,8", "--out", str(tmp_path / "s.svg")])
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "scaling efficiency above 100% (8 GPUs" in text and "full" in out and "rec" in out
