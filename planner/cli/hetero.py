@@ -72,10 +72,10 @@ def hetero_cmd(
     for i, (b, e) in enumerate(pairs, 1):
         p = b.parallel
         typer.echo(f"{i}. tp={p.tp} pp={p.pp} dp={p.dp} mb={p.micro_batch_size} recompute={p.recompute}: "
-                   f"step {b.step_time_s:.4g} s, {b.tokens_per_s:,.0f} tok/s on {b.gpus_used} GPUs "
+                   f"step {b.step_time_s:.4g} s, {b.tokens_per_s:,.0f} tok/s on {b.gpus_used} GPU{'s' if b.gpus_used != 1 else ''} "
                    f"(even split: {e.step_time_s:.4g} s{'' if e.fits else ', does not fit'}; {100 * (e.step_time_s / b.step_time_s - 1):+.1f}%)")
         for s, (g, n, t, mem, cap) in enumerate(zip(b.placement, b.layers_per_stage, b.stage_times_s, b.stage_memory_bytes, b.stage_capacity_bytes)):
-            typer.echo(f"   stage {s}: {names[g]:<16} {n:>3} layers  {1e3 * t:8.1f} ms/micro-batch  {mem / 2**30:5.1f}/{cap / 2**30:.1f} GiB usable")
+            typer.echo(f"   stage {s}: {names[g]:<16} {n:>3} layer{'s' if n != 1 else ' '}  {1e3 * t:8.1f} ms/micro-batch  {mem / 2**30:5.1f}/{cap / 2**30:.1f} GiB usable")
     typer.echo(f"{n_cand} candidates, {solved} placement programs solved" + ("" if proven else f" (search limit {time_limit:g} s hit: best so far)"))
     if not proven:
         raise typer.Exit(3)  # as plan: a time limit hit, the best plans so far on stdout

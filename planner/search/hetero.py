@@ -327,5 +327,5 @@ def hetero_plan(model: ModelSpec, hc: HeteroCluster, job: Job, fixed: dict | Non
     if not found:
         why = "" if pool else (" (no candidate: hetero places at least 2 pipeline stages of whole nodes; with fewer stage slots "
                                "the job runs on one GPU type, which `planner plan` prices)")
-        raise NoFeasiblePlan(f"no placement of {model.name} fits on {hc.name} ({hc.num_gpus} GPUs){why}")
+        raise NoFeasiblePlan(f"no placement of {model.name} fits on {hc.name} ({hc.num_gpus} GPU{'s' if hc.num_gpus != 1 else ''}){why}")
     return [(r[6], r[7]) for r in found[:top_k]], len(pool), stats, proven
