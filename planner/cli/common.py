@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from planner import __version__
 from planner.errors import InputError
-from planner.io.loaders import cluster_size_note, load_cluster, load_model, make_cluster, read_mapping, run_from_dict
+from planner.io.loaders import load_cluster, load_model, make_cluster, read_mapping, run_from_dict
 from planner.calibration.values import Calibration
 from planner.engines import AUTO, DEFAULT_ENGINE, get_engine
 from planner.search.space import SearchOptions
@@ -135,8 +135,8 @@ def setup_from_flags(
     _flag("--global-batch-size", global_batch_size, "gbs")
     m = load_model(model_id)
     if cluster:
-        c = load_cluster(cluster, num_gpus=gpus)
-        notes = [n for n in [cluster_size_note(cluster, gpus)] if n]
+        notes: list[str] = []
+        c = load_cluster(cluster, num_gpus=gpus, notes=notes)  # the cluster file read once, its note beside it
         gpu_id = c.gpu.id
         if gpu and gpu != gpu_id:
             raise InputError("--gpu", gpu, f"the cluster's GPU ({gpu_id}) or nothing when --cluster is given")

@@ -37,7 +37,6 @@ __all__ = [
     "model_from_dict",
     "make_cluster",
     "load_cluster",
-    "cluster_size_note",
     "load_runs",
     "Run",
     "run_from_dict",
@@ -289,33 +288,34 @@ def _file_gpu(name, where: str) -> GpuSpec:
         raise InputError(where, exc.value, exc.expected) from None
 
 
-def cluster_size_note(name_or_path: str, num_gpus: int | None) -> str | None:
-    """A note when ``num_gpus`` is more GPUs than the cluster preset or file describes, else None:
-    the cluster is then priced as if its fabric grew to that size (same links, same tiers).
-
-    >>> cluster_size_note("dgx-h100-superpod", 2048)[:28]
-    '--gpus 2048 is more than the'
-    >>> cluster_size_note("dgx-h100-superpod", 1016) is None
-    True
-    """
-    d, where = _cluster_mapping(name_or_path)
+def _size_note(d: dict, where: str, name: str, num_gpus: int | None) -> str | None:
+    """A note when ``num_gpus`` is more GPUs than the cluster mapping ``d`` describes, else None:
+    the cluster is then priced as if its fabric grew to that size (same links, same tiers); a
+    mapping without a size takes ``num_gpus`` as it is."""
     if num_gpus is None or d.get("num_gpus") is None:
-        return None  # a file without a size takes --gpus as it is
+        return None
     size = _int(d, "num_gpus", where)
     if num_gpus <= size:
         return None
-    return (f"--gpus {num_gpus} is more than the {size} GPUs of {d.get('name', name_or_path)}; "
+    return (f"--gpus {num_gpus} is more than the {size} GPUs of {d.get('name', name)}; "
             "priced as if its fabric grew to that size (same links, tiers and oversubscription)")
 
 
-def load_cluster(name_or_path: str, num_gpus: int | None = None) -> ClusterSpec:
-    """A cluster preset id (``planner hw list``) or a YAML/JSON cluster file, optionally resized.
+def load_cluster(name_or_path: str, num_gpus: int | None = None, notes: list | None = None) -> ClusterSpec:
+    """A cluster preset id (``planner hw list``) or a YAML/JSON cluster file, optionally resized;
+    ``notes``: a list that gets a note when ``num_gpus`` grows the cluster past its own size.
 
     >>> c = load_cluster("gb200-nvl72", num_gpus=144)
     >>> c.gpu.id, c.nvlink_domain
     ('gb200', 72)
+    >>> notes = []
+    >>> _ = load_cluster("dgx-h100-superpod", num_gpus=2048, notes=notes)
+    >>> notes[0][:28]
+    '--gpus 2048 is more than the'
     """
     d, where = _cluster_mapping(name_or_path)
+    if notes is not None and (note := _size_note(d, where, name_or_path, num_gpus)) is not None:
+        notes.append(note)
     return make_cluster(
         _file_gpu(d["gpu"], f"{where}.gpu"),
         num_gpus or _int(d, "num_gpus", where),
