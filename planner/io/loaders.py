@@ -386,11 +386,7 @@ def load_runs(path: str | Path) -> list[Run]:
     (32, 'narayanan21-t1-1.7B')
     """
     data = read_mapping(path)
-    for key in data:
-        if key not in _RUNS_FILE_KEYS:
-            hint = suggest(str(key), sorted(_RUNS_FILE_KEYS))
-            raise InputError(f"{path}.{key}", str(key), "a planner-runs/1 top-level field" + (f" ({hint})" if hint else "")
-                             + ": one of " + ", ".join(sorted(_RUNS_FILE_KEYS)))
+    _known_keys(data, tuple(sorted(_RUNS_FILE_KEYS)), str(path), "a planner-runs/1 top-level field", ": ")
     if data.get("schema") != "planner-runs/1":
         raise InputError(f"{path}.schema", data.get("schema"), "'planner-runs/1'")
     runs = data.get("runs")
@@ -454,12 +450,12 @@ _HETERO_KEYS = ("name", "groups", "network", "description", "sources", "notes")
 _GROUP_KEYS = ("gpu", "count", "gpus_per_node", "inter_node")
 
 
-def _known_keys(d: dict, known: tuple, where: str) -> None:
+def _known_keys(d: dict, known: tuple, where: str, what: str = "a known field name", sep: str = ", ") -> None:
     """InputError naming the first key of ``d`` not in ``known``, with the closest one."""
     for key in d:
         if key not in known:
             hint = suggest(str(key), known)
-            raise InputError(f"{where}.{key}", str(key), "a known field name" + (f" ({hint})" if hint else "") + ", one of " + ", ".join(known))
+            raise InputError(f"{where}.{key}", str(key), what + (f" ({hint})" if hint else "") + sep + "one of " + ", ".join(known))
 
 
 def load_hetero(path: str | Path):
